@@ -1,0 +1,234 @@
+// Standalone timing of the hc CUDA kernels (kernels/cuda/hc.cu) against a device-to-device copy, before the harness
+// has a perf mode. Build (next to kernels/cuda/hc.cu):
+//   nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a -I. bench/hc_cuda_timing.cu kernels/cuda/hc.cu \
+//        -o hc_cuda_timing && ./hc_cuda_timing [tokens=16384] [hc=4] [hidden=4096]
+// bf16 streams, seeded pseudo-random data (never zeros). Each line: median of 20 timed launches after 3 warm-ups
+// (CUDA events), the bytes that launch must move (each input read once, each output written once), the achieved
+// rate, and that rate over the measured copy rate (bytes read + bytes written, cudaMemcpyAsync of 1 GiB).
+// PyTorch eager of the same ops: bench/hc_eager_timing.py.
+#include "kernels/cuda/hc.cuh"
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace kc = parity::hc::cuda;
+
+#define CK(call)                                                                                  \
+  do {                                                                                            \
+    cudaError_t e_ = (call);                                                                      \
+    if (e_ != cudaSuccess) {                                                                      \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                               \
+    }                                                                                             \
+  } while (0)
+
+// ---------------------------------------------------------------------------------------------------------------
+// Seeded data: a hash per element -> Box-Muller normal, scaled and shifted
+// ---------------------------------------------------------------------------------------------------------------
+
+__device__ float hash_normal(uint64_t i, uint32_t seed) {
+  auto mix = [](uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  const uint64_t h = mix(i * 0x9e3779b97f4a7c15ull + seed);
+  const float u1 = ((h >> 40) + 1) * (1.0f / 16777217.0f), u2 = ((h >> 16) & 0xffffff) * (1.0f / 16777216.0f);
+  return sqrtf(-2.f * logf(u1)) * cospif(2.f * u2);
+}
+
+template <typename T>
+__global__ void fill_normal(T* p, int64_t n, uint32_t seed, float stddev, float mean) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float v = mean + stddev * hash_normal(i, seed);
+    if constexpr (std::is_same_v<T, float>) p[i] = v;
+    else p[i] = __float2bfloat16_rn(v);
+  }
+}
+
+// post in (0, 2); each comb row positive and summing to 1 (as hc_pre produces them).
+__global__ void fill_gates(float* post, float* comb, int64_t tokens, int h, uint32_t seed) {
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < tokens; t += int64_t(gridDim.x) * blockDim.x) {
+    for (int k = 0; k < h; ++k) post[t * h + k] = 2.f / (1.f + expf(-hash_normal(t * h + k, seed)));
+    for (int j = 0; j < h; ++j) {
+      float s = 0.f;
+      for (int k = 0; k < h; ++k) s += comb[(t * h + j) * h + k] = expf(2.f * hash_normal((t * h + j) * h + k, seed + 1));
+      for (int k = 0; k < h; ++k) comb[(t * h + j) * h + k] /= s;
+    }
+  }
+}
+
+template <typename T>
+T* alloc(int64_t n) {
+  T* p = nullptr;
+  CK(cudaMalloc(&p, std::max<int64_t>(n, 1) * sizeof(T)));
+  return p;
+}
+
+template <typename T>
+T* normal(int64_t n, uint32_t seed, float stddev = 1.f, float mean = 0.f) {
+  T* p = alloc<T>(n);
+  fill_normal<<<1024, 256>>>(p, n, seed, stddev, mean);
+  CK(cudaGetLastError());
+  return p;
+}
+
+// Median of `reps` event-timed runs of f (each run may launch several kernels), after `warm` untimed runs.
+double time_ms(const std::function<void()>& f, int warm = 3, int reps = 20) {
+  for (int i = 0; i < warm; ++i) f();
+  CK(cudaGetLastError());
+  CK(cudaDeviceSynchronize());
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    CK(cudaEventRecord(a));
+    f();
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    float t = 0;
+    CK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  CK(cudaGetLastError());
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+struct Row {
+  std::string name;
+  double ms, bytes;
+};
+
+int main(int argc, char** argv) {
+  const int64_t T = argc > 1 ? std::atoll(argv[1]) : 16384;
+  const int H = argc > 2 ? std::atoi(argv[2]) : 4;
+  const int64_t D = argc > 3 ? std::atoll(argv[3]) : 4096;
+  const int64_t HD = H * D;
+  const int M = kc::mix_rows(kc::MixKind::pre, H), MH = kc::mix_rows(kc::MixKind::head, H);
+  const kc::MixConsts k{1e-6f, 1e-6f, 2.f, 20};
+  const double e = 2;  // bf16
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device %s, %d SMs; tokens %lld, hc %d, hidden %lld, bf16 streams\n", prop.name, prop.multiProcessorCount,
+              (long long)T, H, (long long)D);
+  cudaStream_t s = 0;
+  std::vector<Row> rows;
+
+  // ---- copy ceiling: 1 GiB device to device ----
+  const int64_t copy_bytes = int64_t(1) << 30;
+  char* c0 = alloc<char>(copy_bytes);
+  char* c1 = alloc<char>(copy_bytes);
+  CK(cudaMemset(c0, 1, copy_bytes));
+  const double copy_ms = time_ms([&] { CK(cudaMemcpyAsync(c1, c0, copy_bytes, cudaMemcpyDeviceToDevice, s)); });
+  const double copy_gbs = 2.0 * copy_bytes / copy_ms / 1e6;
+  CK(cudaFree(c0));
+  CK(cudaFree(c1));
+  rows.push_back({"copy 1 GiB (read + write)", copy_ms, 2.0 * copy_bytes});
+
+  // ---- hc_post ----
+  {
+    __nv_bfloat16* x = normal<__nv_bfloat16>(T * D, 1);
+    __nv_bfloat16* r = normal<__nv_bfloat16>(T * HD, 2);
+    __nv_bfloat16* g = normal<__nv_bfloat16>(T * HD, 3);
+    __nv_bfloat16* out = alloc<__nv_bfloat16>(T * HD);
+    __nv_bfloat16* gx = alloc<__nv_bfloat16>(T * D);
+    __nv_bfloat16* gr = alloc<__nv_bfloat16>(T * HD);
+    float *post = alloc<float>(T * H), *comb = alloc<float>(T * H * H);
+    float *gpost = alloc<float>(T * H), *gcomb = alloc<float>(T * H * H);
+    fill_gates<<<256, 256>>>(post, comb, T, H, 4);
+    CK(cudaGetLastError());
+    const double small = T * (H + H * H) * 4.0;
+    for (bool hf : {false, true})
+      rows.push_back({hf ? "hc_post fwd cuda:hf" : "hc_post fwd cuda:v1",
+                      time_ms([&] { kc::launch_hc_post_fwd(kc::Dtype::bf16, hf, x, r, post, comb, out, T, H, D, s); }),
+                      (T * D + 2 * T * HD) * e + small});
+    rows.push_back({"hc_post bwd",
+                    time_ms([&] {
+                      kc::launch_hc_post_bwd(kc::Dtype::bf16, g, x, r, post, comb, gx, gr, gpost, gcomb, T, H, D, s);
+                    }),
+                    (3 * T * HD + 2 * T * D) * e + 2 * small});
+    for (void* p : {(void*)x, (void*)r, (void*)g, (void*)out, (void*)gx, (void*)gr, (void*)post, (void*)comb,
+                    (void*)gpost, (void*)gcomb})
+      CK(cudaFree(p));
+  }
+
+  // ---- hc_pre and hc_head ----
+  {
+    const int sms = prop.multiProcessorCount;
+    __nv_bfloat16* x = normal<__nv_bfloat16>(T * HD, 11);
+    __nv_bfloat16* gy = normal<__nv_bfloat16>(T * D, 12);
+    __nv_bfloat16* y = alloc<__nv_bfloat16>(T * D);
+    __nv_bfloat16* gx = alloc<__nv_bfloat16>(T * HD);
+    float* fn = normal<float>(int64_t(M) * HD, 13, 1.f / std::sqrt(float(HD)));
+    float* base = normal<float>(M, 14);
+    float* scale = normal<float>(3, 15, 0.3f, 1.f);
+    float *mixes = alloc<float>(T * M), *pre = alloc<float>(T * H), *post = alloc<float>(T * H),
+          *comb = alloc<float>(T * H * H);
+    float* gpost = normal<float>(T * H, 16);
+    float* gcomb = normal<float>(T * H * H, 17);
+    float* red = alloc<float>(T * (1 + H));
+    float* coef = alloc<float>(T * kc::mix_coef_width(kc::MixKind::pre));
+    float* gate = alloc<float>(T * kc::mix_gate_width(kc::MixKind::pre));
+    float* hist = alloc<float>(kc::sinkhorn_hist_floats(T, H, k.sinkhorn_iters));
+    const int splits = kc::mix_bwd_splits(T, H, D, sms);
+    float* part = alloc<float>(int64_t(splits) * M * HD);
+    float *gfn = alloc<float>(int64_t(M) * HD), *gbase = alloc<float>(M), *gscale = alloc<float>(3);
+    const double params = double(M) * HD * 4, small = T * (M + 2 * H + H * H) * 4.0;
+
+    for (kc::MixKind kind : {kc::MixKind::pre, kc::MixKind::head}) {
+      const bool p = kind == kc::MixKind::pre;
+      const int m = p ? M : MH;
+      const std::string op = p ? "hc_pre" : "hc_head";
+      const double prm = double(m) * HD * 4;
+      auto fwd_mix = [&] {
+        kc::launch_mix_fwd(kind, kc::Dtype::bf16, x, fn, base, scale, mixes, pre, p ? post : nullptr,
+                           p ? comb : nullptr, T, H, D, k, s);
+      };
+      auto fwd_collapse = [&] { kc::launch_collapse(kc::Dtype::bf16, x, pre, y, T, H, D, s); };
+      auto bwd_reduce = [&] { kc::launch_mix_bwd_reduce(kc::Dtype::bf16, x, gy, red, T, H, D, s); };
+      auto bwd_token = [&] {
+        kc::launch_mix_bwd_token(kind, mixes, red, gpost, gcomb, base, scale, coef, gate, p ? hist : nullptr, T, H, D,
+                                 k, s);
+      };
+      auto bwd_dx = [&] {
+        kc::launch_mix_bwd_dx_dfn(kind, kc::Dtype::bf16, x, gy, coef, fn, gx, part, T, H, D, splits, s);
+      };
+      auto bwd_sum = [&] {
+        kc::launch_sum_splits(part, gfn, int64_t(m) * HD, splits, s);
+        kc::launch_mix_bwd_colsum(kind, gate, T, H, gbase, gscale, s);
+      };
+      rows.push_back({op + " fwd: mix_fwd", time_ms(fwd_mix), T * HD * e + prm + T * (m + 2 * H + H * H) * 4.0});
+      rows.push_back({op + " fwd: collapse", time_ms(fwd_collapse), (T * HD + T * D) * e + T * H * 4.0});
+      rows.push_back({op + " fwd total (vs one pass)", time_ms([&] { fwd_mix(), fwd_collapse(); }),
+                      (T * HD + T * D) * e + prm + (p ? small : T * 2 * H * 4.0)});
+      fwd_mix();
+      rows.push_back({op + " bwd: reduce", time_ms(bwd_reduce), (T * HD + T * D) * e});
+      rows.push_back({op + " bwd: token", time_ms(bwd_token), T * (2 * m + 2 * H + H * H) * 4.0});
+      rows.push_back({op + " bwd: dx_dfn", time_ms(bwd_dx), (2 * T * HD + T * D) * e + prm * (1 + splits)});
+      rows.push_back({op + " bwd: sum_splits+colsum", time_ms(bwd_sum), prm * (1 + splits)});
+      rows.push_back({op + " bwd total (vs one pass)", time_ms([&] { bwd_reduce(), bwd_token(), bwd_dx(), bwd_sum(); }),
+                      (2 * T * HD + T * D) * e + 2 * prm + 2 * (p ? small : T * 2 * H * 4.0)});
+    }
+    (void)params;
+  }
+  CK(cudaDeviceSynchronize());
+
+  std::printf("\n%-36s %10s %10s %10s %8s\n", "kernel", "ms", "GB", "GB/s", "% copy");
+  for (const Row& r : rows)
+    std::printf("%-36s %10.4f %10.3f %10.1f %7.1f%%\n", r.name.c_str(), r.ms, r.bytes / 1e9, r.bytes / r.ms / 1e6,
+                100.0 * (r.bytes / r.ms / 1e6) / copy_gbs);
+  std::printf("(copy rate %.1f GB/s; 'total' rows count the bytes of one pass: each input read once, each output "
+              "written once)\n",
+              copy_gbs);
+  return 0;
+}

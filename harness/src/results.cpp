@@ -1,0 +1,168 @@
+// JSON results, the terminal table and the exit-code rule.
+#include <parity/op.hpp>
+#include <parity/results.hpp>
+
+#include <fmt/format.h>
+#include <torch/version.h>
+
+#include <cstdio>
+#include <fstream>
+
+namespace parity {
+
+namespace {
+
+std::string shell(const char* cmd) {
+  std::string out;
+  if (FILE* p = popen(cmd, "r")) {
+    char buf[256];
+    while (fgets(buf, sizeof buf, p)) out += buf;
+    pclose(p);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
+}  // namespace
+
+nlohmann::json environment() {
+  nlohmann::json env;
+  env["libtorch"] = TORCH_VERSION;
+  env["commit"] = shell("git -C " PARITY_SOURCE_DIR " rev-parse --short=12 HEAD 2>/dev/null");
+  env["dirty"] = !shell("git -C " PARITY_SOURCE_DIR " status --porcelain --untracked-files=no 2>/dev/null").empty();
+#ifdef NDEBUG
+  env["build_type"] = "release";
+#else
+  env["build_type"] = "debug";
+#endif
+#ifdef PARITY_WITH_CUDA
+  env["cuda_build"] = true;
+#else
+  env["cuda_build"] = false;
+#endif
+  env["gpu"] = cuda_available()
+                   ? shell("nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1")
+                   : "none";
+  env["cuda_runtime"] = cuda_available() ? shell("nvidia-smi 2>/dev/null | grep -o 'CUDA Version: [0-9.]*' | head -1") : "";
+  env["host"] = shell("hostname");
+  env["date"] = shell("date -u +%Y-%m-%dT%H:%M:%SZ");
+  return env;
+}
+
+nlohmann::json to_json(const Metrics& m) {
+  nlohmann::json j{{"dtype", m.dtype},           {"numel", m.numel},         {"bitwise_diff", m.bitwise_diff},
+                   {"nan_mismatch", m.nan_mismatch}, {"inf_mismatch", m.inf_mismatch},
+                   {"max_abs", m.max_abs},       {"mean_abs", m.mean_abs},   {"max_rel", m.max_rel},
+                   {"mean_rel", m.mean_rel},     {"rel_l2", m.rel_l2},       {"cosine", m.cosine},
+                   {"max_ulp", m.max_ulp},       {"mean_ulp", m.mean_ulp},   {"ulp_hist", m.ulp_hist},
+                   {"abs_p50", m.abs_pct[0]},    {"abs_p90", m.abs_pct[1]},  {"abs_p99", m.abs_pct[2]},
+                   {"abs_p999", m.abs_pct[3]},   {"max_abs_expected", m.max_abs_expected_value},
+                   {"worst_abs_index", m.worst_abs_index}};
+  nlohmann::json first = nlohmann::json::array();
+  for (const auto& mm : m.first)
+    first.push_back({{"index", mm.index}, {"actual", mm.actual}, {"expected", mm.expected}, {"ulp", mm.ulp}});
+  j["first_mismatches"] = first;
+  return j;
+}
+
+nlohmann::json to_json(const CaseResult& r) {
+  nlohmann::json j{{"case", r.case_id}, {"op", r.op},       {"covers", r.covers},
+                   {"status", status_name(r.status)}, {"error", r.error}, {"seconds", r.seconds}};
+  j["variants"] = nlohmann::json::array();
+  for (const auto& v : r.variants)
+    j["variants"].push_back({{"variant", v.variant}, {"status", status_name(v.status)}, {"reason", v.skip_reason}});
+  j["checks"] = nlohmann::json::array();
+  for (const auto& c : r.checks) {
+    nlohmann::json cj{{"variant", c.variant}, {"tensor", c.tensor},          {"against", c.against},
+                      {"policy", c.policy},   {"pass", c.result.pass},       {"summary", c.result.summary},
+                      {"detail", c.result.detail}, {"metrics", to_json(c.result.metrics)}};
+    if (c.result.naive_metrics) cj["naive_metrics"] = to_json(*c.result.naive_metrics);
+    j["checks"].push_back(cj);
+  }
+  j["guards"] = nlohmann::json::array();
+  for (const auto& g : r.guards)
+    j["guards"].push_back({{"variant", g.variant}, {"guard", g.name}, {"pass", g.pass}, {"message", g.message}});
+  return j;
+}
+
+nlohmann::json results_document(const std::vector<CaseResult>& results) {
+  nlohmann::json doc{{"schema", "parity.results/1"}, {"environment", environment()}};
+  doc["cases"] = nlohmann::json::array();
+  for (const auto& r : results) doc["cases"].push_back(to_json(r));
+  return doc;
+}
+
+void write_json(const nlohmann::json& doc, const std::filesystem::path& path) {
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+  std::ofstream out(path);
+  out << doc.dump(1) << "\n";
+  if (!out) throw std::runtime_error("cannot write " + path.string());
+}
+
+void print_table(std::ostream& os, const std::vector<CaseResult>& results, bool color) {
+  auto paint = [&](Status s) {
+    const std::string name = status_name(s);
+    if (!color) return name;
+    const char* code = s == Status::pass ? "32" : s == Status::skip ? "33" : "31";
+    return fmt::format("\033[{}m{}\033[0m", code, name);
+  };
+  os << fmt::format("{:<34} {:<9} {:<6} {}\n", "case", "variant", "status", "worst check / reason");
+  for (const auto& r : results) {
+    if (r.status == Status::error && r.variants.empty()) {
+      os << fmt::format("{:<34} {:<9} {:<6} {}\n", r.case_id, "-", paint(r.status), r.error);
+      continue;
+    }
+    bool ref_row = false;
+    for (const auto& c : r.checks)
+      if (c.variant == "ref:hf") ref_row = true;
+    std::vector<std::string> rows = ref_row ? std::vector<std::string>{"ref:hf"} : std::vector<std::string>{};
+    for (const auto& v : r.variants) rows.push_back(v.variant);
+    for (const auto& vid : rows) {
+      Status st = Status::pass;
+      std::string note;
+      int n = 0, npass = 0;
+      for (const auto& c : r.checks) {
+        if (c.variant != vid) continue;
+        ++n;
+        if (c.result.pass) {
+          ++npass;
+        } else if (note.empty()) {
+          st = Status::fail;
+          note = fmt::format("{} vs {}: {}", c.tensor, c.against, c.result.summary);
+        }
+      }
+      for (const auto& g : r.guards)
+        if (g.variant == vid && !g.pass) {
+          st = Status::fail;
+          if (note.empty()) note = g.name + ": " + g.message;
+        }
+      for (const auto& v : r.variants)
+        if (v.variant == vid && (v.status == Status::skip || v.status == Status::error)) {
+          st = v.status;
+          note = v.skip_reason;
+        }
+      if (note.empty()) note = fmt::format("{}/{} checks", npass, n);
+      os << fmt::format("{:<34} {:<9} {:<6} {}\n", r.case_id, vid, paint(st), note);
+    }
+  }
+  for (const auto& r : results) {
+    for (const auto& c : r.checks)
+      if (!c.result.pass)
+        os << fmt::format("\nFAIL {}  {} {} vs {}  policy {}\n  {}\n{}", r.case_id, c.variant, c.tensor, c.against,
+                          c.policy, c.result.summary, c.result.detail);
+    for (const auto& g : r.guards)
+      if (!g.pass) os << fmt::format("\nFAIL {}  {} guard '{}'\n  {}\n", r.case_id, g.variant, g.name, g.message);
+    if (r.status == Status::error) os << fmt::format("\nERROR {}\n  {}\n", r.case_id, r.error);
+  }
+}
+
+int exit_code(const std::vector<CaseResult>& results) {
+  int code = 0;
+  for (const auto& r : results) {
+    if (r.status == Status::error) return 2;
+    if (r.status == Status::fail) code = 1;
+  }
+  return code;
+}
+
+}  // namespace parity

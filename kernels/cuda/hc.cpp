@@ -1,0 +1,335 @@
+// Hyper-connections (mHC) on CUDA: the LibTorch bridge to kernels/cuda/hc.cu (math and names: references/hc.hpp).
+//
+//   cuda:v1  hc_pre, hc_post, hc_head   fp32 arithmetic (no TF32, no tensor cores), ONE rounding to the streams'
+//                                       dtype per stream output (collapsed, out, grad_x, grad_residual). Every sum
+//                                       runs in a fixed order without atomics: bitwise deterministic per device.
+//   cuda:hf  hc_post                    rounds exactly where HF does: bf16(post), bf16(comb), bf16(post*x),
+//                                       bf16(fp32 sum_j comb[j,k] residual_j), bf16(add). Backward = v1 backward.
+//
+// Inputs arrive on the GPU in their native dtypes: streams bf16 or fp32 (anything else is an InputError naming the
+// dtype), parameters, gates and mixes fp32; leading dims are flattened to T tokens; inputs are read through
+// contiguous views (no copy when they already are one) and never written. Outputs and grads arrive preallocated:
+// they must be contiguous, on the inputs' device, of the agreed dtype and size, and every element is written.
+// Kernels run on the current CUDA stream; each launch is followed by a cudaGetLastError check naming the kernel.
+#include "kernels/cuda/hc.cuh"
+#include "references/hc.hpp"
+
+#include <parity/error.hpp>
+
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join
+
+#include <stdexcept>
+#include <string>
+
+namespace parity::hc {
+namespace {
+
+namespace kc = parity::hc::cuda;
+
+// ---------------------------------------------------------------------------------------------------------------
+// Tensors to raw device pointers, with the contract's checks
+// ---------------------------------------------------------------------------------------------------------------
+
+void check_launch(const std::string& where, const char* kernel) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    throw std::runtime_error(
+        fmt::format("{}: CUDA kernel {} failed: {} ({})", where, kernel, cudaGetErrorName(e), cudaGetErrorString(e)));
+}
+
+const at::Tensor& need(const TensorMap& m, const std::string& name, const std::string& where) {
+  auto it = m.find(name);
+  if (it == m.end()) throw InputError(fmt::format("{}: missing tensor '{}'", where, name));
+  if (!it->second.is_cuda())
+    throw InputError(fmt::format("{}: '{}' is on {}, the CUDA variant needs it on a CUDA device", where, name,
+                                 it->second.device().str()));
+  return it->second;
+}
+
+kc::Dtype stream_dtype(at::ScalarType t, const std::string& where) {
+  switch (t) {
+    case at::kBFloat16: return kc::Dtype::bf16;
+    case at::kFloat: return kc::Dtype::fp32;
+    default: throw InputError(fmt::format("{}: streams must be bf16 or fp32, got {}", where, dtype_name(t)));
+  }
+}
+
+at::Tensor stream(const TensorMap& in, const std::string& name, at::ScalarType dtype, int64_t numel,
+                  const std::string& where) {
+  const at::Tensor& t = need(in, name, where);
+  if (t.scalar_type() != dtype)
+    throw InputError(fmt::format("{}: '{}' is {}, expected {} like the other streams", where, name,
+                                 dtype_name(t.scalar_type()), dtype_name(dtype)));
+  if (t.numel() != numel)
+    throw InputError(fmt::format("{}: '{}' has {} elements, expected {}", where, name, t.numel(), numel));
+  return t.contiguous();
+}
+
+at::Tensor fp32(const TensorMap& in, const std::string& name, int64_t numel, const std::string& where) {
+  const at::Tensor& t = need(in, name, where);
+  if (t.scalar_type() != at::kFloat)
+    throw InputError(fmt::format("{}: '{}' must be fp32, got {}", where, name, dtype_name(t.scalar_type())));
+  if (t.numel() != numel)
+    throw InputError(fmt::format("{}: '{}' has {} elements, expected {}", where, name, t.numel(), numel));
+  return t.contiguous();
+}
+
+// Outputs and grads arrive preallocated; the kernels write through raw pointers, so they must be contiguous, of the
+// agreed dtype and size, and on the device the kernels run on.
+void* writable(TensorMap& out, const std::string& name, at::ScalarType dtype, int64_t numel, const at::Device& dev,
+               const std::string& where) {
+  auto it = out.find(name);
+  if (it == out.end()) throw InputError(fmt::format("{}: output '{}' was not allocated", where, name));
+  at::Tensor& t = it->second;
+  if (t.scalar_type() != dtype || !t.is_contiguous() || t.numel() != numel || t.device() != dev)
+    throw InputError(fmt::format("{}: output '{}' must be a contiguous {} tensor of {} elements on {}, got {} on {}",
+                                 where, name, dtype_name(dtype), numel, dev.str(), describe(t), t.device().str()));
+  return t.data_ptr();
+}
+
+float* writable_f32(TensorMap& out, const std::string& name, int64_t numel, const at::Device& dev,
+                    const std::string& where) {
+  return static_cast<float*>(writable(out, name, at::kFloat, numel, dev, where));
+}
+
+// Tokens = everything before the trailing [H, D] (or [D]) dims.
+int64_t tokens(const at::Tensor& t, std::initializer_list<int64_t> tail, const std::string& name,
+               const std::string& where) {
+  const int64_t n = static_cast<int64_t>(tail.size());
+  bool ok = t.dim() >= n;
+  int64_t i = t.dim() - n, per_token = 1;
+  for (int64_t want : tail) {
+    ok = ok && t.size(i++) == want;
+    per_token *= want;
+  }
+  if (!ok)
+    throw InputError(fmt::format("{}: '{}' has shape {}, which does not end in {}", where, name, describe(t),
+                                 fmt::join(tail, "x")));
+  return per_token == 0 ? 0 : t.numel() / per_token;
+}
+
+void check_hc(const Constants& k, const std::string& where) {
+  if (k.hc < 1 || k.hc > kc::kMaxHc)
+    throw InputError(fmt::format("{}: hc = {} is outside what the CUDA kernels take (1..{})", where, k.hc,
+                                 kc::kMaxHc));
+  if (k.hidden < 1 || k.hc * k.hidden > (int64_t{1} << 30))
+    throw InputError(fmt::format("{}: hidden = {} is outside what the CUDA kernels take", where, k.hidden));
+}
+
+kc::MixConsts mix_consts(const Constants& k) {
+  return {float(k.hc_eps), float(k.rms_eps), float(k.post_mult), int(k.sinkhorn_iters)};
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// hc_post
+// ---------------------------------------------------------------------------------------------------------------
+
+struct PostInputs {
+  int64_t t;
+  kc::Dtype dt;
+  at::Tensor x, residual, post, comb;
+};
+
+PostInputs post_inputs(const Constants& k, const TensorMap& in, const std::string& where) {
+  check_hc(k, where);
+  const at::Tensor& x = need(in, "x", where);
+  const at::ScalarType st = x.scalar_type();
+  const kc::Dtype dt = stream_dtype(st, where);
+  const int64_t t = tokens(x, {k.hidden}, "x", where);
+  const int64_t tr = tokens(need(in, "residual", where), {k.hc, k.hidden}, "residual", where);
+  if (tr != t)
+    throw InputError(fmt::format("{}: 'residual' holds {} tokens, 'x' holds {}", where, tr, t));
+  return {t,
+          dt,
+          stream(in, "x", st, t * k.hidden, where),
+          stream(in, "residual", st, t * k.hc * k.hidden, where),
+          fp32(in, "post", t * k.hc, where),
+          fp32(in, "comb", t * k.hc * k.hc, where)};
+}
+
+void hc_post_forward(bool hf, const OpContext& ctx, const TensorMap& in, TensorMap& out) {
+  const std::string where = hf ? "hc_post cuda:hf" : "hc_post cuda:v1";
+  const Constants k = constants(ctx);
+  const PostInputs p = post_inputs(k, in, where);
+  const c10::cuda::CUDAGuard guard(p.x.device());
+  void* o = writable(out, "out", p.x.scalar_type(), p.t * k.hc * k.hidden, p.x.device(), where);
+  kc::launch_hc_post_fwd(p.dt, hf, p.x.data_ptr(), p.residual.data_ptr(), p.post.data_ptr<float>(),
+                         p.comb.data_ptr<float>(), o, p.t, int(k.hc), k.hidden, at::cuda::getCurrentCUDAStream());
+  check_launch(where, hf ? "hc_post_fwd<hf>" : "hc_post_fwd<v1>");
+}
+
+void hc_post_backward(const OpContext& ctx, const TensorMap& in, const TensorMap& /*fwd_out*/,
+                      const TensorMap& grad_out, TensorMap& grads) {
+  const std::string where = "hc_post cuda backward";
+  const Constants k = constants(ctx);
+  const PostInputs p = post_inputs(k, in, where);
+  const c10::cuda::CUDAGuard guard(p.x.device());
+  const at::ScalarType st = p.x.scalar_type();
+  const at::Device dev = p.x.device();
+  const at::Tensor g = stream(grad_out, "out", st, p.t * k.hc * k.hidden, where);
+  void* gx = writable(grads, "x", st, p.t * k.hidden, dev, where);
+  void* gres = writable(grads, "residual", st, p.t * k.hc * k.hidden, dev, where);
+  float* gpost = writable_f32(grads, "post", p.t * k.hc, dev, where);
+  float* gcomb = writable_f32(grads, "comb", p.t * k.hc * k.hc, dev, where);
+  kc::launch_hc_post_bwd(p.dt, g.data_ptr(), p.x.data_ptr(), p.residual.data_ptr(), p.post.data_ptr<float>(),
+                         p.comb.data_ptr<float>(), gx, gres, gpost, gcomb, p.t, int(k.hc), k.hidden,
+                         at::cuda::getCurrentCUDAStream());
+  check_launch(where, "hc_post_bwd");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// hc_pre and hc_head: one projection path, the kinds differ only in the per-token gate math
+// ---------------------------------------------------------------------------------------------------------------
+
+struct MixInputs {
+  int64_t t, m, ns;  // tokens, rows of fn (mixes per token), entries of scale
+  kc::Dtype dt;
+  at::Tensor x, fn, base, scale;
+};
+
+MixInputs mix_inputs(kc::MixKind kind, const Constants& k, const TensorMap& in, const std::string& where) {
+  check_hc(k, where);
+  if (kind == kc::MixKind::pre && (k.sinkhorn_iters < 1 || k.sinkhorn_iters > kc::kMaxSinkhornIters))
+    throw InputError(fmt::format("{}: sinkhorn_iters = {} is outside 1..{}", where, k.sinkhorn_iters,
+                                 kc::kMaxSinkhornIters));
+  const at::Tensor& x = need(in, "x", where);
+  const at::ScalarType st = x.scalar_type();
+  const kc::Dtype dt = stream_dtype(st, where);
+  const int64_t t = tokens(x, {k.hc, k.hidden}, "x", where);
+  const int64_t m = kc::mix_rows(kind, int(k.hc)), ns = kc::mix_scale_count(kind);
+  return {t,
+          m,
+          ns,
+          dt,
+          stream(in, "x", st, t * k.hc * k.hidden, where),
+          fp32(in, "fn", m * k.hc * k.hidden, where),
+          fp32(in, "base", m, where),
+          fp32(in, "scale", ns, where)};
+}
+
+// The streams' output of the collapse: hc_pre's "collapsed", hc_head's "out".
+const char* collapse_name(kc::MixKind kind) { return kind == kc::MixKind::pre ? "collapsed" : "out"; }
+
+void mix_forward(kc::MixKind kind, const std::string& where, const OpContext& ctx, const TensorMap& in,
+                 TensorMap& out) {
+  const Constants k = constants(ctx);
+  const MixInputs p = mix_inputs(kind, k, in, where);
+  const c10::cuda::CUDAGuard guard(p.x.device());
+  const at::Device dev = p.x.device();
+  const bool pre_kind = kind == kc::MixKind::pre;
+  float* mixes = writable_f32(out, "mixes", p.t * p.m, dev, where);
+  float* pre = writable_f32(out, "pre", p.t * k.hc, dev, where);
+  float* post = pre_kind ? writable_f32(out, "post", p.t * k.hc, dev, where) : nullptr;
+  float* comb = pre_kind ? writable_f32(out, "comb", p.t * k.hc * k.hc, dev, where) : nullptr;
+  void* y = writable(out, collapse_name(kind), p.x.scalar_type(), p.t * k.hidden, dev, where);
+  const cudaStream_t s = at::cuda::getCurrentCUDAStream();
+  kc::launch_mix_fwd(kind, p.dt, p.x.data_ptr(), p.fn.data_ptr<float>(), p.base.data_ptr<float>(),
+                     p.scale.data_ptr<float>(), mixes, pre, post, comb, p.t, int(k.hc), k.hidden, mix_consts(k), s);
+  check_launch(where, pre_kind ? "mix_fwd<pre>" : "mix_fwd<head>");
+  kc::launch_collapse(p.dt, p.x.data_ptr(), pre, y, p.t, int(k.hc), k.hidden, s);
+  check_launch(where, "collapse");
+}
+
+// reduce (sum x^2, <g_y, x_h>) -> token (gate backward, per-token coefficients) -> dx_dfn (grad_x, grad_fn
+// partials) -> sum_splits (grad_fn) and colsum (grad_base, grad_scale). Workspaces come from the caching allocator
+// on the current stream.
+void mix_backward(kc::MixKind kind, const std::string& where, const OpContext& ctx, const TensorMap& in,
+                  const TensorMap& fwd_out, const TensorMap& grad_out, TensorMap& grads) {
+  const Constants k = constants(ctx);
+  const MixInputs p = mix_inputs(kind, k, in, where);
+  const c10::cuda::CUDAGuard guard(p.x.device());
+  const at::Device dev = p.x.device();
+  const at::ScalarType st = p.x.scalar_type();
+  const bool pre_kind = kind == kc::MixKind::pre;
+  const int hc = int(k.hc);
+  const int64_t n = k.hc * k.hidden;
+
+  const at::Tensor mixes = fp32(fwd_out, "mixes", p.t * p.m, where);
+  const at::Tensor g_y = stream(grad_out, collapse_name(kind), st, p.t * k.hidden, where);
+  at::Tensor g_post, g_comb;
+  if (pre_kind) {
+    g_post = fp32(grad_out, "post", p.t * k.hc, where);
+    g_comb = fp32(grad_out, "comb", p.t * k.hc * k.hc, where);
+  }
+  void* grad_x = writable(grads, "x", st, p.t * n, dev, where);
+  float* grad_fn = writable_f32(grads, "fn", p.m * n, dev, where);
+  float* grad_base = writable_f32(grads, "base", p.m, dev, where);
+  float* grad_scale = writable_f32(grads, "scale", p.ns, dev, where);
+
+  const at::TensorOptions f32 = p.x.options().dtype(at::kFloat);
+  const int splits = kc::mix_bwd_splits(p.t, hc, k.hidden, at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
+  at::Tensor red = at::empty({p.t, 1 + k.hc}, f32);
+  at::Tensor coef = at::empty({p.t, kc::mix_coef_width(kind)}, f32);
+  at::Tensor gate = at::empty({p.t, kc::mix_gate_width(kind)}, f32);
+  at::Tensor hist = pre_kind ? at::empty({kc::sinkhorn_hist_floats(p.t, hc, int(k.sinkhorn_iters))}, f32)
+                             : at::Tensor();
+  at::Tensor part = at::empty({splits, p.m, n}, f32);
+
+  const cudaStream_t s = at::cuda::getCurrentCUDAStream();
+  kc::launch_mix_bwd_reduce(p.dt, p.x.data_ptr(), g_y.data_ptr(), red.data_ptr<float>(), p.t, hc, k.hidden, s);
+  check_launch(where, "mix_bwd_reduce");
+  kc::launch_mix_bwd_token(kind, mixes.data_ptr<float>(), red.data_ptr<float>(),
+                           pre_kind ? g_post.data_ptr<float>() : nullptr, pre_kind ? g_comb.data_ptr<float>() : nullptr,
+                           p.base.data_ptr<float>(), p.scale.data_ptr<float>(), coef.data_ptr<float>(),
+                           gate.data_ptr<float>(), pre_kind ? hist.data_ptr<float>() : nullptr, p.t, hc, k.hidden,
+                           mix_consts(k), s);
+  check_launch(where, pre_kind ? "mix_bwd_token<pre>" : "mix_bwd_token<head>");
+  kc::launch_mix_bwd_dx_dfn(kind, p.dt, p.x.data_ptr(), g_y.data_ptr(), coef.data_ptr<float>(),
+                            p.fn.data_ptr<float>(), grad_x, part.data_ptr<float>(), p.t, hc, k.hidden, splits, s);
+  check_launch(where, "mix_bwd_dx_dfn");
+  kc::launch_sum_splits(part.data_ptr<float>(), grad_fn, p.m * n, splits, s);
+  check_launch(where, "sum_splits");
+  kc::launch_mix_bwd_colsum(kind, gate.data_ptr<float>(), p.t, hc, grad_base, grad_scale, s);
+  check_launch(where, "colsum");
+}
+
+Variant variant(std::string op, std::string id, std::string description,
+                std::function<void(const OpContext&, const TensorMap&, TensorMap&)> forward,
+                decltype(Variant::backward) backward) {
+  Variant v;
+  v.id = std::move(id);
+  v.op = std::move(op);
+  v.device = at::kCUDA;
+  v.description = std::move(description);
+  v.deterministic = true;
+  v.forward = std::move(forward);
+  v.backward = std::move(backward);
+  return v;
+}
+
+}  // namespace
+
+void register_hc_cuda(Registry& reg) {
+  using kc::MixKind;
+  reg.add(variant(
+      "hc_pre", "cuda:v1",
+      "fp32 projection (FFMA, no TF32) over 128-token tiles + per-token Sinkhorn; collapse with one rounding; "
+      "backward recomputes the Sinkhorn per token, grad_fn from fixed-order per-split partials",
+      [](const OpContext& c, const TensorMap& in, TensorMap& out) {
+        mix_forward(MixKind::pre, "hc_pre cuda:v1", c, in, out);
+      },
+      [](const OpContext& c, const TensorMap& in, const TensorMap& fwd, const TensorMap& g, TensorMap& grads) {
+        mix_backward(MixKind::pre, "hc_pre cuda:v1 backward", c, in, fwd, g, grads);
+      }));
+  reg.add(variant(
+      "hc_head", "cuda:v1", "hc_pre's projection and collapse without post/comb/Sinkhorn (shared kernels)",
+      [](const OpContext& c, const TensorMap& in, TensorMap& out) {
+        mix_forward(MixKind::head, "hc_head cuda:v1", c, in, out);
+      },
+      [](const OpContext& c, const TensorMap& in, const TensorMap& fwd, const TensorMap& g, TensorMap& grads) {
+        mix_backward(MixKind::head, "hc_head cuda:v1 backward", c, in, fwd, g, grads);
+      }));
+  reg.add(variant(
+      "hc_post", "cuda:v1", "warp per token, 16-byte vectors, fp32 FMA chain, one rounding; fused backward",
+      [](const OpContext& c, const TensorMap& in, TensorMap& out) { hc_post_forward(false, c, in, out); },
+      hc_post_backward));
+  reg.add(variant(
+      "hc_post", "cuda:hf", "rounds where HF rounds (bf16 post, comb, post*x, mix, add); backward = cuda:v1's",
+      [](const OpContext& c, const TensorMap& in, TensorMap& out) { hc_post_forward(true, c, in, out); },
+      hc_post_backward));
+}
+
+}  // namespace parity::hc

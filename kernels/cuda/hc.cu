@@ -1,0 +1,1247 @@
+/*
+Hyper-connection (mHC) kernels of DeepSeek-V4: hc_post, hc_pre, hc_head, forward and backward (math: references/hc.hpp).
+
+Kernels (each launched by exactly one launcher of hc.cuh):
+  hc_post_fwd<HF=0>      cuda:v1  out = post*x + comb^T residual: fp32 FMA chain, one rounding.      warp / token
+  hc_post_fwd<HF=1>      cuda:hf  rounds where HF rounds: bf16(post), bf16(comb), bf16(post*x),
+                                  bf16(fp32 sum_j c r), bf16(add).                                warp / token
+  hc_post_bwd                     grad_x, grad_residual (one rounding), grad_post, grad_comb (fp32 warp sums)
+  mix_fwd<Pre|Head>               x @ fn^T for a CTA tile of 128 tokens: fp32 FFMA from shared memory (no tensor
+                                  cores: HF computes mixes in true fp32), split-K over warps, sum of squares on the
+                                  way; then per token: rms scale, sigmoids, Sinkhorn (hc_pre)
+  collapse                        y = sum_h pre_h x_h in fp32, one rounding                         warp / token
+  mix_bwd_reduce                  per token: sum x^2 and g_pre_h = <g_y, x_h>                       warp / token
+  mix_bwd_token<Pre|Head>         per token: sigmoid / Sinkhorn backward -> coefficients of the
+                                  linear + rms-norm backward                                       thread / token
+  mix_bwd_dx_dfn                  grad_x = r g_mix @ fn - c x + pre_h g_y (one rounding) and per-split grad_fn
+                                  partials (r g_mix)^T x: each thread owns 1-2 columns of fn for the whole launch
+  sum_splits, colsum              fixed-order second reductions (grad_fn; grad_base, grad_scale)
+
+Numerics: every sum is fp32 in a fixed order, with no atomics, so each launch is bitwise deterministic for a given
+device and shape. Streams are bf16 or fp32; H (hc) is a run-time value <= kMaxHc: register arrays are sized for
+kMaxHc and loops over them are unrolled with a run-time guard, so no array is indexed at run time.
+
+Speed (H100, T=16384, H=4, D=4096, bf16): hc_post and the warp-per-token kernels stream 16-byte vectors (8 elements
+per lane per stream); mix_fwd is FFMA-bound (24 x 16384 multiply-adds per token) and re-reading x for the collapse
+costs a second pass over the streams. See bench/hc_cuda_timing.cu.
+*/
+#include "kernels/cuda/hc.cuh"
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+namespace parity::hc::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int H4 = kMaxHc;
+
+// -------------------------------------------------------------------------------------------------------------------
+// Element access: streams are read as fp32 and written with one round-to-nearest-even
+// -------------------------------------------------------------------------------------------------------------------
+
+// A 32-bit word holds two bf16 (the lower address in the low half): widening is a shift or a mask.
+__device__ __forceinline__ float bf_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+__device__ __forceinline__ uint32_t pack_bf2(float lo, float hi) {
+  uint32_t w;  // one cvt: the first source goes to the upper half (PTX ISA, cvt.rn.bf16x2.f32)
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
+  return w;
+}
+
+template <typename T>
+__device__ __forceinline__ float to_f(T v);
+template <>
+__device__ __forceinline__ float to_f<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ float to_f<bf16>(bf16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_f(float v);
+template <>
+__device__ __forceinline__ float from_f<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ bf16 from_f<bf16>(float v) { return __float2bfloat16_rn(v); }
+
+// Where HF's composition materialises an intermediate tensor in the streams' dtype (identity for fp32).
+template <typename T>
+__device__ __forceinline__ float round_to(float v) { return to_f<T>(from_f<T>(v)); }
+
+// V consecutive elements as fp32: V = 8 is one 16-byte access for bf16 (two for fp32); V = 1 is the element-wise
+// path for a hidden that is not a multiple of 8 or an unaligned view.
+template <typename T, int V>
+struct Vec;
+
+template <>
+struct Vec<bf16, 8> {
+  static __device__ __forceinline__ void load(const bf16* p, float (&v)[8]) {
+    const uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
+    v[0] = bf_lo(u.x), v[1] = bf_hi(u.x), v[2] = bf_lo(u.y), v[3] = bf_hi(u.y);
+    v[4] = bf_lo(u.z), v[5] = bf_hi(u.z), v[6] = bf_lo(u.w), v[7] = bf_hi(u.w);
+  }
+  static __device__ __forceinline__ void store(bf16* p, const float (&v)[8]) {
+    uint4 u;
+    u.x = pack_bf2(v[0], v[1]), u.y = pack_bf2(v[2], v[3]), u.z = pack_bf2(v[4], v[5]), u.w = pack_bf2(v[6], v[7]);
+    *reinterpret_cast<uint4*>(p) = u;
+  }
+};
+
+template <>
+struct Vec<float, 8> {
+  static __device__ __forceinline__ void load(const float* p, float (&v)[8]) {
+    const float4 a = __ldg(reinterpret_cast<const float4*>(p)), b = __ldg(reinterpret_cast<const float4*>(p) + 1);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  }
+  static __device__ __forceinline__ void store(float* p, const float (&v)[8]) {
+    reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+    reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+  }
+};
+
+template <>
+struct Vec<bf16, 2> {
+  static __device__ __forceinline__ void load(const bf16* p, float (&v)[2]) {
+    const uint32_t w = __ldg(reinterpret_cast<const unsigned int*>(p));
+    v[0] = bf_lo(w), v[1] = bf_hi(w);
+  }
+  static __device__ __forceinline__ void store(bf16* p, const float (&v)[2]) {
+    *reinterpret_cast<uint32_t*>(p) = pack_bf2(v[0], v[1]);
+  }
+};
+
+template <>
+struct Vec<float, 2> {
+  static __device__ __forceinline__ void load(const float* p, float (&v)[2]) {
+    const float2 a = __ldg(reinterpret_cast<const float2*>(p));
+    v[0] = a.x, v[1] = a.y;
+  }
+  static __device__ __forceinline__ void store(float* p, const float (&v)[2]) {
+    *reinterpret_cast<float2*>(p) = make_float2(v[0], v[1]);
+  }
+};
+
+template <typename T>
+struct Vec<T, 1> {
+  static __device__ __forceinline__ void load(const T* p, float (&v)[1]) { v[0] = to_f<T>(__ldg(p)); }
+  static __device__ __forceinline__ void store(T* p, const float (&v)[1]) { *p = from_f<T>(v[0]); }
+};
+
+template <int V>
+__device__ __forceinline__ void zero(float (&v)[V]) {
+#pragma unroll
+  for (int e = 0; e < V; ++e) v[e] = 0.f;
+}
+
+// Butterfly sum: every lane ends with the same bits (each level adds the same two values, in either order).
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+constexpr int kWarpTokensPerBlock = 8;  // warp-per-token kernels: 256 threads, 8 tokens per CTA ...
+constexpr int kPostBwdTokensPerBlock = 4;  // ... except hc_post_bwd (~150 registers): 128 threads, 3 CTAs per SM
+
+// -------------------------------------------------------------------------------------------------------------------
+// hc_post forward: out[t,k,:] = post_k x + sum_j comb[j,k] residual_j
+// -------------------------------------------------------------------------------------------------------------------
+
+// One warp per token; each lane takes V = 8 consecutive elements of all H streams per step, so x and every residual
+// row are read once with 16-byte loads and each output row is written once. post and comb (H + H^2 floats) sit in
+// registers for the whole token.
+template <typename T, int V, bool HF>
+__global__ void __launch_bounds__(256) hc_post_fwd_kernel(const T* __restrict__ x, const T* __restrict__ res,
+                                                          const float* __restrict__ post,
+                                                          const float* __restrict__ comb, T* __restrict__ out,
+                                                          int64_t tokens, int H, int D) {
+  const int64_t t = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (t >= tokens) return;
+  float p[H4], c[H4][H4];
+#pragma unroll
+  for (int j = 0; j < H4; ++j) {
+    p[j] = j < H ? __ldg(post + t * H + j) : 0.f;
+    if (HF) p[j] = round_to<T>(p[j]);  // post.to(bf16)
+#pragma unroll
+    for (int k = 0; k < H4; ++k) {
+      c[j][k] = (j < H && k < H) ? __ldg(comb + (t * H + j) * H + k) : 0.f;
+      if (HF) c[j][k] = round_to<T>(c[j][k]);  // comb.to(bf16)
+    }
+  }
+  const T* xr = x + t * D;
+  const T* rr = res + t * H * D;
+  T* orow = out + t * H * D;
+#pragma unroll 2
+  for (int d = lane * V; d < D; d += 32 * V) {
+    float xv[V], rv[H4][V];
+    Vec<T, V>::load(xr + d, xv);
+#pragma unroll
+    for (int j = 0; j < H4; ++j) {
+      if (j < H) Vec<T, V>::load(rr + j * D + d, rv[j]);
+      else zero(rv[j]);
+    }
+#pragma unroll
+    for (int k = 0; k < H4; ++k) {
+      if (k >= H) break;
+      float o[V];
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        if (HF) {
+          // bf16 products of bf16 values are exact in fp32, so the FMA chain is HF's fp32-accumulated matmul
+          // (j = 0..H-1 in order); __fmul_rn keeps post*x its own rounded product.
+          const float a = round_to<T>(__fmul_rn(p[k], xv[e]));
+          float m = __fmul_rn(c[0][k], rv[0][e]);
+#pragma unroll
+          for (int j = 1; j < H4; ++j)
+            if (j < H) m = fmaf(c[j][k], rv[j][e], m);
+          o[e] = __fadd_rn(a, round_to<T>(m));  // the bf16 add: fp32 sum, rounded by the store
+        } else {
+          float acc = p[k] * xv[e];
+#pragma unroll
+          for (int j = 0; j < H4; ++j)
+            if (j < H) acc = fmaf(c[j][k], rv[j][e], acc);
+          o[e] = acc;
+        }
+      }
+      Vec<T, V>::store(orow + k * D + d, o);
+    }
+  }
+}
+
+// -------------------------------------------------------------------------------------------------------------------
+// hc_post backward
+// -------------------------------------------------------------------------------------------------------------------
+
+// One warp per token. The D-parallel grads (grad_x, grad_residual) are written as they are formed; the per-token
+// reductions (grad_post: H dots, grad_comb: H^2 dots over D) are fp32 per-lane partials, then a butterfly.
+template <typename T, int V>
+__global__ void __launch_bounds__(32 * kPostBwdTokensPerBlock, 3)
+    hc_post_bwd_kernel(const T* __restrict__ g, const T* __restrict__ x, const T* __restrict__ res,
+                       const float* __restrict__ post, const float* __restrict__ comb, T* __restrict__ gx,
+                       T* __restrict__ gres, float* __restrict__ gpost, float* __restrict__ gcomb, int64_t tokens,
+                       int H, int D) {
+  const int64_t t = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (t >= tokens) return;
+  float p[H4], c[H4][H4], ap[H4], ac[H4][H4];
+#pragma unroll
+  for (int j = 0; j < H4; ++j) {
+    p[j] = j < H ? __ldg(post + t * H + j) : 0.f;
+    ap[j] = 0.f;
+#pragma unroll
+    for (int k = 0; k < H4; ++k) {
+      c[j][k] = (j < H && k < H) ? __ldg(comb + (t * H + j) * H + k) : 0.f;
+      ac[j][k] = 0.f;
+    }
+  }
+  const T* gr = g + t * H * D;
+  const T* xr = x + t * D;
+  const T* rr = res + t * H * D;
+  for (int d = lane * V; d < D; d += 32 * V) {
+    float gv[H4][V], rv[H4][V], xv[V], o[V];
+    Vec<T, V>::load(xr + d, xv);
+#pragma unroll
+    for (int j = 0; j < H4; ++j) {
+      if (j < H) {
+        Vec<T, V>::load(gr + j * D + d, gv[j]);
+        Vec<T, V>::load(rr + j * D + d, rv[j]);
+      } else {
+        zero(gv[j]);
+        zero(rv[j]);
+      }
+    }
+    // grad_x = sum_k post_k g_k
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      float s = p[0] * gv[0][e];
+#pragma unroll
+      for (int k = 1; k < H4; ++k)
+        if (k < H) s = fmaf(p[k], gv[k][e], s);
+      o[e] = s;
+    }
+    Vec<T, V>::store(gx + t * D + d, o);
+    // grad_residual_j = sum_k comb[j,k] g_k  (comb, not comb^T: the forward applied comb^T)
+#pragma unroll
+    for (int j = 0; j < H4; ++j) {
+      if (j >= H) break;
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        float s = c[j][0] * gv[0][e];
+#pragma unroll
+        for (int k = 1; k < H4; ++k)
+          if (k < H) s = fmaf(c[j][k], gv[k][e], s);
+        o[e] = s;
+      }
+      Vec<T, V>::store(gres + (t * H + j) * D + d, o);
+    }
+    // grad_post_k += x . g_k ; grad_comb[j,k] += residual_j . g_k
+#pragma unroll
+    for (int e = 0; e < V; ++e)
+#pragma unroll
+      for (int k = 0; k < H4; ++k) {
+        ap[k] = fmaf(xv[e], gv[k][e], ap[k]);
+#pragma unroll
+        for (int j = 0; j < H4; ++j) ac[j][k] = fmaf(rv[j][e], gv[k][e], ac[j][k]);
+      }
+  }
+#pragma unroll
+  for (int k = 0; k < H4; ++k) {
+    if (k >= H) break;
+    ap[k] = warp_sum(ap[k]);
+#pragma unroll
+    for (int j = 0; j < H4; ++j)
+      if (j < H) ac[j][k] = warp_sum(ac[j][k]);
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int k = 0; k < H4; ++k) {
+      if (k >= H) break;
+      gpost[t * H + k] = ap[k];
+#pragma unroll
+      for (int j = 0; j < H4; ++j)
+        if (j < H) gcomb[(t * H + j) * H + k] = ac[j][k];
+    }
+  }
+}
+
+// -------------------------------------------------------------------------------------------------------------------
+// Per-token gate math shared by the mix forward epilogue and the mix backward: sigmoid and Sinkhorn
+// -------------------------------------------------------------------------------------------------------------------
+
+// The reference's order: z = mix * scale, then + base (two roundings, never contracted into an FMA).
+__device__ __forceinline__ float logit(float mix, float scale, float base) {
+  return __fadd_rn(__fmul_rn(mix, scale), base);
+}
+__device__ __forceinline__ float sigmoid(float z) { return 1.f / (1.f + expf(-z)); }
+
+using Mat = float[H4][H4];
+
+// Row softmax (max-subtracted, sums left to right), in place.
+__device__ __forceinline__ void softmax_rows(Mat& c, int H) {
+#pragma unroll
+  for (int i = 0; i < H4; ++i) {
+    if (i >= H) break;
+    float mx = c[i][0];
+#pragma unroll
+    for (int j = 1; j < H4; ++j)
+      if (j < H) mx = fmaxf(mx, c[i][j]);
+    float s = 0.f;
+#pragma unroll
+    for (int j = 0; j < H4; ++j)
+      if (j < H) {
+        c[i][j] = expf(c[i][j] - mx);
+        s += c[i][j];
+      }
+#pragma unroll
+    for (int j = 0; j < H4; ++j)
+      if (j < H) c[i][j] = c[i][j] / s;
+  }
+}
+
+// One Sinkhorn normalisation, in place: divide each column (by_column) or row by its sum + eps.
+__device__ __forceinline__ void normalise(Mat& c, int H, float eps, bool by_column) {
+  if (by_column) {
+#pragma unroll
+    for (int j = 0; j < H4; ++j) {
+      if (j >= H) break;
+      float s = 0.f;
+#pragma unroll
+      for (int i = 0; i < H4; ++i)
+        if (i < H) s += c[i][j];
+      const float den = s + eps;
+#pragma unroll
+      for (int i = 0; i < H4; ++i)
+        if (i < H) c[i][j] = c[i][j] / den;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < H4; ++i) {
+      if (i >= H) break;
+      float s = 0.f;
+#pragma unroll
+      for (int j = 0; j < H4; ++j)
+        if (j < H) s += c[i][j];
+      const float den = s + eps;
+#pragma unroll
+      for (int j = 0; j < H4; ++j)
+        if (j < H) c[i][j] = c[i][j] / den;
+    }
+  }
+}
+
+// Normalisation n (1-based) divides by column sums when n is odd: one column pass, then (iters-1) x (row, column).
+__device__ __forceinline__ int sinkhorn_norms(int iters) { return 2 * iters - 1; }
+
+// Stage s (the input of normalisation s+1) of token t lives at hist[(s*H4*H4 + e) * tokens + t]: consecutive tokens
+// are consecutive floats, so a warp's accesses coalesce.
+__device__ __forceinline__ void sinkhorn_forward(Mat& c, int H, float eps, int iters, float* hist, int64_t t,
+                                                 int64_t tokens) {
+  softmax_rows(c, H);
+#pragma unroll
+  for (int i = 0; i < H4; ++i)
+#pragma unroll
+    for (int j = 0; j < H4; ++j) c[i][j] += eps;
+  const int norms = sinkhorn_norms(iters);
+  for (int n = 1; n <= norms; ++n) {
+    if (hist) {
+      float* h = hist + int64_t(n - 1) * H4 * H4 * tokens + t;
+#pragma unroll
+      for (int i = 0; i < H4; ++i)
+#pragma unroll
+        for (int j = 0; j < H4; ++j) h[(i * H4 + j) * tokens] = c[i][j];
+    }
+    normalise(c, H, eps, n & 1);
+  }
+}
+
+// g (d loss / d comb) -> d loss / d logits. The forward is recomputed from the logits with every stage kept in
+// `hist`; each normalisation y = u / (sum u + eps) along a line back-propagates as du = (dy - <dy, y>) / (sum u + eps)
+// with y recomputed from u exactly as the forward did; +eps passes through; softmax: dz = P (dP - <dP, P>) per row.
+__device__ void sinkhorn_backward(const Mat& logits, Mat& g, int H, float eps, int iters, float* hist, int64_t t,
+                                  int64_t tokens) {
+  Mat p, c;
+#pragma unroll
+  for (int i = 0; i < H4; ++i)
+#pragma unroll
+    for (int j = 0; j < H4; ++j) p[i][j] = logits[i][j];
+  softmax_rows(p, H);
+#pragma unroll
+  for (int i = 0; i < H4; ++i)
+#pragma unroll
+    for (int j = 0; j < H4; ++j) c[i][j] = logits[i][j];
+  sinkhorn_forward(c, H, eps, iters, hist, t, tokens);
+  for (int n = sinkhorn_norms(iters); n >= 1; --n) {
+    Mat u;
+    const float* h = hist + int64_t(n - 1) * H4 * H4 * tokens + t;
+#pragma unroll
+    for (int i = 0; i < H4; ++i)
+#pragma unroll
+      for (int j = 0; j < H4; ++j) u[i][j] = h[(i * H4 + j) * tokens];
+    if (n & 1) {  // columns
+#pragma unroll
+      for (int j = 0; j < H4; ++j) {
+        if (j >= H) break;
+        float s = 0.f;
+#pragma unroll
+        for (int i = 0; i < H4; ++i)
+          if (i < H) s += u[i][j];
+        const float den = s + eps;
+        float dot = 0.f;
+#pragma unroll
+        for (int i = 0; i < H4; ++i)
+          if (i < H) dot += g[i][j] * (u[i][j] / den);
+#pragma unroll
+        for (int i = 0; i < H4; ++i)
+          if (i < H) g[i][j] = (g[i][j] - dot) / den;
+      }
+    } else {  // rows
+#pragma unroll
+      for (int i = 0; i < H4; ++i) {
+        if (i >= H) break;
+        float s = 0.f;
+#pragma unroll
+        for (int j = 0; j < H4; ++j)
+          if (j < H) s += u[i][j];
+        const float den = s + eps;
+        float dot = 0.f;
+#pragma unroll
+        for (int j = 0; j < H4; ++j)
+          if (j < H) dot += g[i][j] * (u[i][j] / den);
+#pragma unroll
+        for (int j = 0; j < H4; ++j)
+          if (j < H) g[i][j] = (g[i][j] - dot) / den;
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < H4; ++i) {
+    if (i >= H) break;
+    float dot = 0.f;
+#pragma unroll
+    for (int j = 0; j < H4; ++j)
+      if (j < H) dot += g[i][j] * p[i][j];
+#pragma unroll
+    for (int j = 0; j < H4; ++j)
+      if (j < H) g[i][j] = p[i][j] * (g[i][j] - dot);
+  }
+}
+
+// -------------------------------------------------------------------------------------------------------------------
+// The two mix kinds: what differs between hc_pre and hc_head is only the per-token gate math
+// -------------------------------------------------------------------------------------------------------------------
+
+struct MixFwdArgs {
+  const float* base;
+  const float* scale;
+  float *mixes, *pre, *post, *comb;
+  int64_t tokens;
+  int K, H, M;  // K = H*D, M = rows of fn (<= the kind's MP)
+  float hc_eps, rms_eps, post_mult;
+  int iters;
+};
+
+struct MixBwdTokenArgs {
+  const float *mixes, *red, *g_post, *g_comb, *base, *scale;
+  float *coef, *gate, *hist;
+  int64_t tokens;
+  int K, H, M;
+  float hc_eps, rms_eps, post_mult;
+  int iters;
+};
+
+// rms scale r = rsqrt(mean(x^2) + eps) from the sum of squares over the K = H*D flattened streams.
+__device__ __forceinline__ float rms_scale(float sum_sq, int K, float eps) { return rsqrtf(sum_sq / float(K) + eps); }
+
+// coef row (per token, fp32): [0, MP) r * g_mixes (zero past M), MP: c = r^2/K <g_mixes, mixes>, MP+1+h: pre_h.
+// gate row: [0, MP) d loss / d logit (zero past M), then the per-scale terms sum_m dlogit_m * mixes_m.
+template <int MP_, int NS_>
+struct MixLayout {
+  static constexpr int MP = MP_, NS = NS_;
+  static constexpr int CW = (MP + 1 + H4 + 3) / 4 * 4;
+  static constexpr int GW = (MP + NS + 3) / 4 * 4;
+};
+
+struct PreKind : MixLayout<(2 + H4) * H4, 3> {
+  // mixes, pre = sigmoid(.) + eps, post = post_mult * sigmoid(.), comb = Sinkhorn(.)
+  static __device__ void fwd_epilogue(const float* dots, float r, int64_t t, const MixFwdArgs& a) {
+    const int H = a.H;
+    float* mixes = a.mixes + t * a.M;
+    for (int m = 0; m < a.M; ++m) mixes[m] = dots[m] * r;
+    const float s0 = __ldg(a.scale), s1 = __ldg(a.scale + 1), s2 = __ldg(a.scale + 2);
+    for (int h = 0; h < H; ++h) {
+      a.pre[t * H + h] = sigmoid(logit(dots[h] * r, s0, __ldg(a.base + h))) + a.hc_eps;
+      a.post[t * H + h] = a.post_mult * sigmoid(logit(dots[H + h] * r, s1, __ldg(a.base + H + h)));
+    }
+    Mat c;
+#pragma unroll
+    for (int i = 0; i < H4; ++i)
+#pragma unroll
+      for (int j = 0; j < H4; ++j) {
+        const int m = 2 * H + i * H + j;
+        c[i][j] = (i < H && j < H) ? logit(dots[m] * r, s2, __ldg(a.base + m)) : 0.f;
+      }
+    sinkhorn_forward(c, H, a.hc_eps, a.iters, nullptr, t, a.tokens);
+#pragma unroll
+    for (int i = 0; i < H4; ++i)
+#pragma unroll
+      for (int j = 0; j < H4; ++j)
+        if (i < H && j < H) a.comb[(t * H + i) * H + j] = c[i][j];
+  }
+
+  static __device__ void bwd_token(int64_t t, const MixBwdTokenArgs& a) {
+    const int H = a.H, M = a.M;
+    const float* mix = a.mixes + t * M;
+    const float* rd = a.red + t * (1 + H);
+    const float r = rms_scale(rd[0], a.K, a.rms_eps);
+    const float s0 = __ldg(a.scale), s1 = __ldg(a.scale + 1), s2 = __ldg(a.scale + 2);
+    float* cf = a.coef + t * CW;
+    float* gg = a.gate + t * GW;
+    float dot = 0.f, sc0 = 0.f, sc1 = 0.f, sc2 = 0.f;
+#pragma unroll
+    for (int h = 0; h < H4; ++h) {
+      if (h < H) {
+        // pre = sigmoid(z) + eps, d loss / d pre_h = <g_y, x_h> (from mix_bwd_reduce)
+        const float m = mix[h], sg = sigmoid(logit(m, s0, __ldg(a.base + h)));
+        const float gz = rd[1 + h] * (sg * (1.f - sg));
+        gg[h] = gz;
+        sc0 += gz * m;
+        const float gm = gz * s0;
+        cf[h] = r * gm;
+        dot += gm * m;
+        cf[MP + 1 + h] = sg + a.hc_eps;
+      } else {
+        cf[MP + 1 + h] = 0.f;
+      }
+    }
+    for (int h = 0; h < H; ++h) {
+      // post = post_mult * sigmoid(z)
+      const float m = mix[H + h], sg = sigmoid(logit(m, s1, __ldg(a.base + H + h)));
+      const float gz = a.g_post[t * H + h] * a.post_mult * (sg * (1.f - sg));
+      gg[H + h] = gz;
+      sc1 += gz * m;
+      const float gm = gz * s1;
+      cf[H + h] = r * gm;
+      dot += gm * m;
+    }
+    Mat lg, g;
+#pragma unroll
+    for (int i = 0; i < H4; ++i)
+#pragma unroll
+      for (int j = 0; j < H4; ++j) {
+        const bool in = i < H && j < H;
+        const int m = 2 * H + i * H + j;
+        lg[i][j] = in ? logit(mix[m], s2, __ldg(a.base + m)) : 0.f;
+        g[i][j] = in ? a.g_comb[(t * H + i) * H + j] : 0.f;
+      }
+    sinkhorn_backward(lg, g, H, a.hc_eps, a.iters, a.hist, t, a.tokens);
+#pragma unroll
+    for (int i = 0; i < H4; ++i)
+#pragma unroll
+      for (int j = 0; j < H4; ++j)
+        if (i < H && j < H) {
+          const int m = 2 * H + i * H + j;
+          const float gz = g[i][j];
+          gg[m] = gz;
+          sc2 += gz * mix[m];
+          const float gm = gz * s2;
+          cf[m] = r * gm;
+          dot += gm * mix[m];
+        }
+    for (int m = M; m < MP; ++m) cf[m] = 0.f, gg[m] = 0.f;
+    cf[MP] = r * r / float(a.K) * dot;
+    for (int m = MP + 1 + H4; m < CW; ++m) cf[m] = 0.f;
+    gg[MP] = sc0, gg[MP + 1] = sc1, gg[MP + 2] = sc2;
+    for (int m = MP + NS; m < GW; ++m) gg[m] = 0.f;
+  }
+};
+
+struct HeadKind : MixLayout<H4, 1> {
+  // mixes, pre = sigmoid(mixes * scale + base) + eps
+  static __device__ void fwd_epilogue(const float* dots, float r, int64_t t, const MixFwdArgs& a) {
+    const int H = a.H;
+    const float s = __ldg(a.scale);
+    for (int h = 0; h < H; ++h) {
+      const float m = dots[h] * r;
+      a.mixes[t * H + h] = m;
+      a.pre[t * H + h] = sigmoid(logit(m, s, __ldg(a.base + h))) + a.hc_eps;
+    }
+  }
+
+  static __device__ void bwd_token(int64_t t, const MixBwdTokenArgs& a) {
+    const int H = a.H;
+    const float* mix = a.mixes + t * H;
+    const float* rd = a.red + t * (1 + H);
+    const float r = rms_scale(rd[0], a.K, a.rms_eps);
+    const float s = __ldg(a.scale);
+    float* cf = a.coef + t * CW;
+    float* gg = a.gate + t * GW;
+    float dot = 0.f, sc = 0.f;
+#pragma unroll
+    for (int h = 0; h < H4; ++h) {
+      if (h < H) {
+        const float m = mix[h], sg = sigmoid(logit(m, s, __ldg(a.base + h)));
+        const float gz = rd[1 + h] * (sg * (1.f - sg));
+        gg[h] = gz;
+        sc += gz * m;
+        const float gm = gz * s;
+        cf[h] = r * gm;
+        dot += gm * m;
+        cf[MP + 1 + h] = sg + a.hc_eps;
+      } else {
+        cf[h] = 0.f, gg[h] = 0.f, cf[MP + 1 + h] = 0.f;
+      }
+    }
+    cf[MP] = r * r / float(a.K) * dot;
+    for (int m = MP + 1 + H4; m < CW; ++m) cf[m] = 0.f;
+    gg[MP] = sc;
+    for (int m = MP + NS; m < GW; ++m) gg[m] = 0.f;
+  }
+};
+
+// -------------------------------------------------------------------------------------------------------------------
+// mix forward: [128 tokens x K] @ [K x MP] in fp32 FFMA, then the per-token epilogue
+// -------------------------------------------------------------------------------------------------------------------
+//
+// The projection is a skinny GEMM (N = 24, K = 16384 at V4 dims). fn (1.5 MB) is re-read from L2 once per CTA
+// tile of kTM tokens, so the tile is large; K is cut into chunks of kKC staged through shared memory (double
+// buffered through registers: the next chunk's global loads are in flight while this chunk is multiplied).
+// Threads: lane & 15 = token group tg (tokens tg + 16 i, i < 8), the two half-warps split the MP columns (NCG = 2)
+// or the chunk's words (NCG = 1), warps split the chunk's words: every thread keeps an 8 x RN accumulator tile and
+// the NKS partial tiles are summed in shared memory in a fixed order after the K loop.
+// x sits in shared memory as 32-bit words (2 bf16 / 1 fp32) with a row stride of W + 1 words, so the 16 rows a
+// half-warp reads at one word fall in 16 different banks; fn is stored transposed ([k][m]) and read as float4
+// broadcasts. The sum of squares for the rms scale rides along (r multiplies the dot products afterwards: a
+// per-token scalar, mathematically the reference's (x r) @ fn^T).
+
+constexpr int kTM = 128, kKC = 64, kMixThreads = 256, kRM = 8;
+
+template <int MP>
+struct MixTile {
+  static constexpr int NCG = MP >= 8 ? 2 : 1;             // column groups (half-warps)
+  static constexpr int RN = MP / NCG;                     // columns per thread
+  static constexpr int NKS = kMixThreads / (16 * NCG);   // partial tiles (k-splits)
+  static constexpr int KH = 2 / NCG;                      // k-subgroups inside a warp
+  static_assert(RN % 4 == 0, "fn is read from shared memory as float4");
+};
+
+template <typename T>
+struct MixWords {
+  static constexpr int EPW = 4 / int(sizeof(T));   // elements per 32-bit word
+  static constexpr int W = kKC / EPW;              // words per row per chunk
+  static constexpr int WPR = W + 1;                // padded row stride (words)
+  static constexpr int VE = 16 / int(sizeof(T));   // elements per 16-byte global load
+};
+
+template <typename T, int MP>
+constexpr size_t mix_fwd_smem_bytes() {
+  using Wd = MixWords<T>;
+  using Tl = MixTile<MP>;
+  const size_t stage = 2 * size_t(kTM) * Wd::WPR * 4 + 2 * size_t(kKC) * MP * 4;
+  const size_t red = size_t(Tl::NKS) * kTM * (MP + 1) * 4;
+  return stage > red ? stage : red;
+}
+
+template <typename T>
+__device__ __forceinline__ uint32_t elem_bits(const T* p);
+template <>
+__device__ __forceinline__ uint32_t elem_bits<float>(const float* p) { return __float_as_uint(__ldg(p)); }
+template <>
+__device__ __forceinline__ uint32_t elem_bits<bf16>(const bf16* p) { return __bfloat16_as_ushort(__ldg(p)); }
+
+template <typename T, class Kind, bool VL>
+__global__ void __launch_bounds__(kMixThreads, 1) mix_fwd_kernel(const T* __restrict__ x, const float* __restrict__ fn,
+                                                                 MixFwdArgs a) {
+  constexpr int MP = Kind::MP;
+  using Tl = MixTile<MP>;
+  using Wd = MixWords<T>;
+  constexpr int RN = Tl::RN;
+  constexpr int XPT = kTM * kKC / Wd::VE / kMixThreads;  // x 16-byte vectors per thread per chunk
+  constexpr int VPR = kKC / Wd::VE;                       // 16-byte vectors per row per chunk
+  constexpr int FV = MP * kKC / 4;                        // fn float4s per chunk
+  constexpr int FPT = (FV + kMixThreads - 1) / kMixThreads;
+  constexpr int J = Wd::W / (Tl::KH * 8);                 // words per thread per chunk
+  static_assert(XPT * kMixThreads * Wd::VE == kTM * kKC, "x tile split");
+
+  extern __shared__ __align__(16) unsigned char smem[];
+  uint32_t* xs = reinterpret_cast<uint32_t*>(smem);                                 // [2][kTM][WPR]
+  float* fs = reinterpret_cast<float*>(smem + 2 * size_t(kTM) * Wd::WPR * 4);       // [2][kKC][MP]
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t t0 = int64_t(blockIdx.x) * kTM;
+  const int K = a.K, M = a.M;
+  const int tg = lane & 15;
+  const int cg = Tl::NCG == 2 ? lane >> 4 : 0;
+  const int kh = Tl::NCG == 1 ? lane >> 4 : 0;
+
+  uint4 xreg[XPT];
+  float4 freg[FPT];
+
+  auto load_chunk = [&](int chunk) {
+    const int k0 = chunk * kKC;
+#pragma unroll
+    for (int i = 0; i < XPT; ++i) {
+      const int v = tid + i * kMixThreads, row = v / VPR, col = v % VPR;
+      const int64_t t = t0 + row;
+      const int k = k0 + col * Wd::VE;
+      const T* src = x + t * K + k;
+      if (VL) {
+        xreg[i] = (t < a.tokens && k < K) ? __ldg(reinterpret_cast<const uint4*>(src)) : make_uint4(0, 0, 0, 0);
+      } else {
+        uint32_t w[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          if (Wd::EPW == 2) {
+            const int e = k + 2 * q;
+            const uint32_t lo = (t < a.tokens && e < K) ? elem_bits(src + 2 * q) : 0u;
+            const uint32_t hi = (t < a.tokens && e + 1 < K) ? elem_bits(src + 2 * q + 1) : 0u;
+            w[q] = lo | (hi << 16);
+          } else {
+            w[q] = (t < a.tokens && k + q < K) ? elem_bits(src + q) : 0u;
+          }
+        }
+        xreg[i] = make_uint4(w[0], w[1], w[2], w[3]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < FPT; ++i) {
+      const int v = tid + i * kMixThreads;
+      const int m = v % MP, c4 = v / MP, k = k0 + c4 * 4;
+      const float* src = fn + int64_t(m) * K + k;
+      float4 f = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (v < FV && m < M) {
+        if (VL) {
+          if (k < K) f = __ldg(reinterpret_cast<const float4*>(src));
+        } else {
+          if (k < K) f.x = __ldg(src);
+          if (k + 1 < K) f.y = __ldg(src + 1);
+          if (k + 2 < K) f.z = __ldg(src + 2);
+          if (k + 3 < K) f.w = __ldg(src + 3);
+        }
+      }
+      freg[i] = f;
+    }
+  };
+
+  auto store_chunk = [&](int buf) {
+    uint32_t* xb = xs + buf * kTM * Wd::WPR;
+    float* fb = fs + buf * kKC * MP;
+#pragma unroll
+    for (int i = 0; i < XPT; ++i) {
+      const int v = tid + i * kMixThreads, row = v / VPR, col = v % VPR;
+      uint32_t* dst = xb + row * Wd::WPR + col * 4;  // a 16-byte vector is 4 words
+      dst[0] = xreg[i].x, dst[1] = xreg[i].y, dst[2] = xreg[i].z, dst[3] = xreg[i].w;
+    }
+#pragma unroll
+    for (int i = 0; i < FPT; ++i) {
+      const int v = tid + i * kMixThreads;
+      if (v < FV) {
+        const int m = v % MP, c4 = v / MP;
+        float* dst = fb + (c4 * 4) * MP + m;
+        dst[0] = freg[i].x, dst[MP] = freg[i].y, dst[2 * MP] = freg[i].z, dst[3 * MP] = freg[i].w;
+      }
+    }
+  };
+
+  float acc[kRM][RN], ss[kRM];
+#pragma unroll
+  for (int i = 0; i < kRM; ++i) {
+    ss[i] = 0.f;
+#pragma unroll
+    for (int n = 0; n < RN; ++n) acc[i][n] = 0.f;
+  }
+
+  const int chunks = (K + kKC - 1) / kKC;
+  load_chunk(0);
+  store_chunk(0);
+  __syncthreads();
+  for (int chunk = 0; chunk < chunks; ++chunk) {
+    const int buf = chunk & 1;
+    if (chunk + 1 < chunks) load_chunk(chunk + 1);  // in flight during this chunk's FFMAs
+    const uint32_t* xb = xs + buf * kTM * Wd::WPR;
+    const float* fb = fs + buf * kKC * MP;
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      // Half-warps of one warp read words 16 apart (bank-disjoint); see the kernel comment.
+      const int q = Tl::KH == 2 ? (j & 1) + ((j >> 1) << 2) + 2 * kh : j;
+      const int w = warp + 8 * q;
+      uint32_t xw[kRM];
+#pragma unroll
+      for (int i = 0; i < kRM; ++i) xw[i] = xb[(tg + 16 * i) * Wd::WPR + w];
+#pragma unroll
+      for (int e = 0; e < Wd::EPW; ++e) {
+        const int k = w * Wd::EPW + e;
+        float f[RN];
+#pragma unroll
+        for (int n4 = 0; n4 < RN / 4; ++n4) {
+          const float4 q4 = *reinterpret_cast<const float4*>(fb + k * MP + cg * RN + 4 * n4);
+          f[4 * n4] = q4.x, f[4 * n4 + 1] = q4.y, f[4 * n4 + 2] = q4.z, f[4 * n4 + 3] = q4.w;
+        }
+#pragma unroll
+        for (int i = 0; i < kRM; ++i) {
+          const float xv = Wd::EPW == 2 ? (e == 0 ? bf_lo(xw[i]) : bf_hi(xw[i])) : __uint_as_float(xw[i]);
+          ss[i] = fmaf(xv, xv, ss[i]);
+#pragma unroll
+          for (int n = 0; n < RN; ++n) acc[i][n] = fmaf(xv, f[n], acc[i][n]);
+        }
+      }
+    }
+    if (chunk + 1 < chunks) store_chunk(buf ^ 1);  // the other buffer: last read before the previous barrier
+    __syncthreads();
+  }
+
+  // Partial tiles -> shared memory (the staging buffers are dead), summed per token over ks = 0..NKS-1 in order.
+  float* red = reinterpret_cast<float*>(smem);  // [NKS][kTM][MP + 1]
+  const int ks = Tl::NCG == 2 ? warp : warp * 2 + kh;
+#pragma unroll
+  for (int i = 0; i < kRM; ++i) {
+    float* row = red + (size_t(ks) * kTM + tg + 16 * i) * (MP + 1);
+#pragma unroll
+    for (int n = 0; n < RN; ++n) row[cg * RN + n] = acc[i][n];
+    if (cg == 0) row[MP] = ss[i];
+  }
+  __syncthreads();
+  if (tid < kTM) {
+    float* fin = red + size_t(tid) * (MP + 1);  // ks = 0's row: only this thread touches row tid of any ks
+    for (int m = 0; m <= MP; ++m) {
+      float s = 0.f;
+#pragma unroll
+      for (int p = 0; p < Tl::NKS; ++p) s += red[(size_t(p) * kTM + tid) * (MP + 1) + m];
+      fin[m] = s;
+    }
+    const int64_t t = t0 + tid;
+    if (t < a.tokens) Kind::fwd_epilogue(fin, rms_scale(fin[MP], K, a.rms_eps), t, a);
+  }
+}
+
+// -------------------------------------------------------------------------------------------------------------------
+// collapse: y = sum_h pre_h x_h (hc_pre's collapsed, hc_head's out)
+// -------------------------------------------------------------------------------------------------------------------
+
+// The reference's (pre[..., None] * x).sum(-2): each product rounded to fp32, summed over h in order, one rounding.
+template <typename T, int V>
+__global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, const float* __restrict__ pre,
+                                                       T* __restrict__ y, int64_t tokens, int H, int D) {
+  const int64_t t = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (t >= tokens) return;
+  float p[H4];
+#pragma unroll
+  for (int h = 0; h < H4; ++h) p[h] = h < H ? __ldg(pre + t * H + h) : 0.f;
+  const T* xr = x + t * H * D;
+#pragma unroll 1
+  for (int d = lane * V; d < D; d += 32 * V) {
+    float xv[H4][V], o[V];
+#pragma unroll
+    for (int h = 0; h < H4; ++h) {
+      if (h < H) Vec<T, V>::load(xr + h * D + d, xv[h]);
+      else zero(xv[h]);
+    }
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      float s = __fmul_rn(p[0], xv[0][e]);
+#pragma unroll
+      for (int h = 1; h < H4; ++h)
+        if (h < H) s = __fadd_rn(s, __fmul_rn(p[h], xv[h][e]));
+      o[e] = s;
+    }
+    Vec<T, V>::store(y + t * D + d, o);
+  }
+}
+
+// -------------------------------------------------------------------------------------------------------------------
+// mix backward
+// -------------------------------------------------------------------------------------------------------------------
+
+// Per token: sum of squares (the rms scale) and g_pre_h = <g_y, x_h>, one warp per token.
+template <typename T, int V>
+__global__ void __launch_bounds__(256) mix_bwd_reduce_kernel(const T* __restrict__ x, const T* __restrict__ gy,
+                                                             float* __restrict__ red, int64_t tokens, int H, int D) {
+  const int64_t t = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (t >= tokens) return;
+  float ss = 0.f, gp[H4];
+#pragma unroll
+  for (int h = 0; h < H4; ++h) gp[h] = 0.f;
+  const T* xr = x + t * H * D;
+  const T* gr = gy + t * D;
+#pragma unroll 2
+  for (int d = lane * V; d < D; d += 32 * V) {
+    float gv[V], xv[H4][V];
+    Vec<T, V>::load(gr + d, gv);
+#pragma unroll
+    for (int h = 0; h < H4; ++h) {
+      if (h < H) Vec<T, V>::load(xr + h * D + d, xv[h]);
+      else zero(xv[h]);
+    }
+#pragma unroll
+    for (int h = 0; h < H4; ++h)
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        ss = fmaf(xv[h][e], xv[h][e], ss);
+        gp[h] = fmaf(gv[e], xv[h][e], gp[h]);
+      }
+  }
+  ss = warp_sum(ss);
+#pragma unroll
+  for (int h = 0; h < H4; ++h)
+    if (h < H) gp[h] = warp_sum(gp[h]);
+  if (lane == 0) {
+    float* rd = red + t * (1 + H);
+    rd[0] = ss;
+#pragma unroll
+    for (int h = 0; h < H4; ++h)
+      if (h < H) rd[1 + h] = gp[h];
+  }
+}
+
+// Per token, one thread each (the Sinkhorn backward is ~2k dependent flops: a thread per token keeps every lane busy).
+template <class Kind>
+__global__ void __launch_bounds__(128) mix_bwd_token_kernel(MixBwdTokenArgs a) {
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t < a.tokens) Kind::bwd_token(t, a);
+}
+
+// grad_x[t,k] = sum_m coef_m fn[m,k] - c x[t,k] + pre_h g_y[t,d]  (k = h*D + d; one rounding)
+// partial[s,m,k] = sum_{t in split s} coef_m x[t,k]   (= grad_fn's share of split s, as (r g_mixes)^T x)
+// Each thread owns KV adjacent columns k for the whole launch: fn[:, k] and the grad_fn accumulators stay in
+// registers, while tokens stream past; the per-token coefficient row is a warp-uniform (broadcast) load.
+constexpr int kDxThreads = 128;
+
+template <typename T, class Kind, int KV>
+__global__ void __launch_bounds__(kDxThreads) mix_bwd_dx_dfn_kernel(const T* __restrict__ x, const T* __restrict__ gy,
+                                                                    const float* __restrict__ coef,
+                                                                    const float* __restrict__ fn, T* __restrict__ gx,
+                                                                    float* __restrict__ part, int64_t tokens, int K,
+                                                                    int D, int M, int64_t per_split) {
+  constexpr int MP = Kind::MP, CW = Kind::CW;
+  const int k0 = (blockIdx.x * kDxThreads + threadIdx.x) * KV;
+  if (k0 >= K) return;
+  const int h = k0 / D, d0 = k0 - h * D;
+  const int64_t tb = int64_t(blockIdx.y) * per_split;
+  const int64_t te = tb + per_split < tokens ? tb + per_split : tokens;
+  float f[MP][KV], acc[MP][KV];
+#pragma unroll
+  for (int m = 0; m < MP; ++m)
+#pragma unroll
+    for (int e = 0; e < KV; ++e) {
+      f[m][e] = m < M ? __ldg(fn + int64_t(m) * K + k0 + e) : 0.f;
+      acc[m][e] = 0.f;
+    }
+  for (int64_t t = tb; t < te; ++t) {
+    const float* cf = coef + t * CW;
+    float xv[KV], gv[KV], o[KV], cm[MP];
+    Vec<T, KV>::load(x + t * K + k0, xv);
+    Vec<T, KV>::load(gy + t * D + d0, gv);
+#pragma unroll
+    for (int m4 = 0; m4 < MP / 4; ++m4) {
+      const float4 q = __ldg(reinterpret_cast<const float4*>(cf) + m4);
+      cm[4 * m4] = q.x, cm[4 * m4 + 1] = q.y, cm[4 * m4 + 2] = q.z, cm[4 * m4 + 3] = q.w;
+    }
+    const float c = __ldg(cf + MP), ph = __ldg(cf + MP + 1 + h);
+#pragma unroll
+    for (int e = 0; e < KV; ++e) {
+      float s = cm[0] * f[0][e];
+#pragma unroll
+      for (int m = 1; m < MP; ++m) s = fmaf(cm[m], f[m][e], s);
+      s = fmaf(-c, xv[e], s);
+      o[e] = fmaf(ph, gv[e], s);
+#pragma unroll
+      for (int m = 0; m < MP; ++m) acc[m][e] = fmaf(cm[m], xv[e], acc[m][e]);
+    }
+    Vec<T, KV>::store(gx + t * K + k0, o);
+  }
+#pragma unroll
+  for (int m = 0; m < MP; ++m)
+    if (m < M)
+#pragma unroll
+      for (int e = 0; e < KV; ++e) part[(int64_t(blockIdx.y) * M + m) * K + k0 + e] = acc[m][e];
+}
+
+__global__ void __launch_bounds__(256) sum_splits_kernel(const float* __restrict__ part, float* __restrict__ out,
+                                                         int64_t n, int splits) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    float s = 0.f;
+    for (int p = 0; p < splits; ++p) s += part[p * n + i];
+    out[i] = s;
+  }
+}
+
+// One CTA per column: thread i sums rows i, i+256, ... in order, then a fixed shared-memory tree.
+__global__ void __launch_bounds__(256) colsum_kernel(const float* __restrict__ in, int64_t rows, int ld,
+                                                     float* __restrict__ out_lo, int n_lo, int hi_col,
+                                                     float* __restrict__ out_hi) {
+  __shared__ float sh[256];
+  const int col_index = blockIdx.x;  // [0, n_lo): column col_index -> out_lo; then hi_col + (col_index - n_lo)
+  const int col = col_index < n_lo ? col_index : hi_col + (col_index - n_lo);
+  float s = 0.f;
+  for (int64_t r = threadIdx.x; r < rows; r += 256) s += in[r * ld + col];
+  sh[threadIdx.x] = s;
+  __syncthreads();
+  for (int o = 128; o > 0; o >>= 1) {
+    if (threadIdx.x < o) sh[threadIdx.x] += sh[threadIdx.x + o];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    if (col_index < n_lo) out_lo[col_index] = sh[0];
+    else out_hi[col_index - n_lo] = sh[0];
+  }
+}
+
+// -------------------------------------------------------------------------------------------------------------------
+// Launch helpers
+// -------------------------------------------------------------------------------------------------------------------
+
+void check_hc(int hc) {
+  if (hc < 1 || hc > kMaxHc)
+    throw std::invalid_argument("hc cuda kernels: hc must be in [1, " + std::to_string(kMaxHc) + "], got " +
+                                std::to_string(hc));
+}
+
+bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+unsigned ceil_div(int64_t a, int64_t b) { return unsigned((a + b - 1) / b); }
+
+template <typename F>
+void with_dtype(Dtype dt, F&& f) {
+  if (dt == Dtype::bf16) f(bf16{});
+  else f(float{});
+}
+
+template <typename F>
+void with_bool(bool b, F&& f) {
+  if (b) f(std::true_type{});
+  else f(std::false_type{});
+}
+
+template <typename F>
+void with_kind(MixKind kind, F&& f) {
+  if (kind == MixKind::pre) f(PreKind{});
+  else f(HeadKind{});
+}
+
+// 16-byte paths need hidden % 8 == 0 (every row then starts 16-byte aligned) and 16-byte aligned bases.
+bool vec_ok(int64_t hidden, std::initializer_list<const void*> ptrs) {
+  if (hidden % 8 != 0) return false;
+  for (const void* p : ptrs)
+    if (!aligned(p, 16)) return false;
+  return true;
+}
+
+}  // namespace
+
+// -------------------------------------------------------------------------------------------------------------------
+// Launchers
+// -------------------------------------------------------------------------------------------------------------------
+
+int mix_rows(MixKind kind, int hc) { return kind == MixKind::pre ? (2 + hc) * hc : hc; }
+int mix_scale_count(MixKind kind) { return kind == MixKind::pre ? PreKind::NS : HeadKind::NS; }
+int mix_coef_width(MixKind kind) { return kind == MixKind::pre ? PreKind::CW : HeadKind::CW; }
+int mix_gate_width(MixKind kind) { return kind == MixKind::pre ? PreKind::GW : HeadKind::GW; }
+
+int64_t sinkhorn_hist_floats(int64_t tokens, int hc, int iters) {
+  return int64_t(2 * iters - 1) * H4 * H4 * tokens;
+}
+
+int mix_bwd_splits(int64_t tokens, int hc, int64_t hidden, int sm_count) {
+  const int64_t k = int64_t(hc) * hidden;
+  const int64_t kblocks = std::max<int64_t>(1, (k + 2 * kDxThreads - 1) / (2 * kDxThreads));
+  // ~3 resident CTAs per SM; a split of fewer than 32 tokens is not worth its partial row.
+  int64_t splits = (3 * int64_t(std::max(sm_count, 1)) + kblocks - 1) / kblocks;
+  splits = std::min<int64_t>(splits, std::max<int64_t>(1, tokens / 32));
+  return int(std::clamp<int64_t>(splits, 1, 64));
+}
+
+void launch_hc_post_fwd(Dtype dt, bool hf, const void* x, const void* residual, const float* post, const float* comb,
+                        void* out, int64_t tokens, int hc, int64_t hidden, cudaStream_t stream) {
+  check_hc(hc);
+  if (tokens == 0 || hidden == 0) return;
+  const bool vec = vec_ok(hidden, {x, residual, out});
+  const unsigned blocks = ceil_div(tokens, kWarpTokensPerBlock);
+  with_dtype(dt, [&](auto tag) {
+    using T = decltype(tag);
+    with_bool(vec, [&](auto v) {
+      constexpr int V = decltype(v)::value ? 8 : 1;
+      with_bool(hf, [&](auto h) {
+        hc_post_fwd_kernel<T, V, decltype(h)::value><<<blocks, 256, 0, stream>>>(
+            static_cast<const T*>(x), static_cast<const T*>(residual), post, comb, static_cast<T*>(out), tokens, hc,
+            int(hidden));
+      });
+    });
+  });
+}
+
+void launch_hc_post_bwd(Dtype dt, const void* grad_out, const void* x, const void* residual, const float* post,
+                        const float* comb, void* grad_x, void* grad_residual, float* grad_post, float* grad_comb,
+                        int64_t tokens, int hc, int64_t hidden, cudaStream_t stream) {
+  check_hc(hc);
+  if (tokens == 0) return;
+  const bool vec = vec_ok(hidden, {grad_out, x, residual, grad_x, grad_residual});
+  const unsigned blocks = ceil_div(tokens, kPostBwdTokensPerBlock);
+  with_dtype(dt, [&](auto tag) {
+    using T = decltype(tag);
+    with_bool(vec, [&](auto v) {
+      constexpr int V = decltype(v)::value ? 8 : 1;
+      hc_post_bwd_kernel<T, V><<<blocks, 32 * kPostBwdTokensPerBlock, 0, stream>>>(
+          static_cast<const T*>(grad_out), static_cast<const T*>(x), static_cast<const T*>(residual), post, comb,
+          static_cast<T*>(grad_x), static_cast<T*>(grad_residual), grad_post, grad_comb, tokens, hc, int(hidden));
+    });
+  });
+}
+
+void launch_mix_fwd(MixKind kind, Dtype dt, const void* x, const float* fn, const float* base, const float* scale,
+                    float* mixes, float* pre, float* post, float* comb, int64_t tokens, int hc, int64_t hidden,
+                    MixConsts k, cudaStream_t stream) {
+  check_hc(hc);
+  if (tokens == 0) return;
+  const MixFwdArgs a{base,  scale, mixes, pre, post, comb, tokens, int(hc * hidden), hc, mix_rows(kind, hc),
+                     k.hc_eps, k.rms_eps, k.post_mult, k.sinkhorn_iters};
+  const bool vl = vec_ok(hidden, {x, fn});
+  const unsigned blocks = ceil_div(tokens, kTM);
+  with_kind(kind, [&](auto kind_tag) {
+    using Kind = decltype(kind_tag);
+    with_dtype(dt, [&](auto tag) {
+      using T = decltype(tag);
+      with_bool(vl, [&](auto v) {
+        auto kernel = mix_fwd_kernel<T, Kind, decltype(v)::value>;
+        constexpr size_t smem = mix_fwd_smem_bytes<T, Kind::MP>();
+        // Above 48 KB a kernel must opt in; an error here is what the bridge's cudaGetLastError then reports.
+        if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
+          return;
+        kernel<<<blocks, kMixThreads, smem, stream>>>(static_cast<const T*>(x), fn, a);
+      });
+    });
+  });
+}
+
+void launch_collapse(Dtype dt, const void* x, const float* pre, void* y, int64_t tokens, int hc, int64_t hidden,
+                     cudaStream_t stream) {
+  check_hc(hc);
+  if (tokens == 0 || hidden == 0) return;
+  const bool vec = vec_ok(hidden, {x, y});
+  const unsigned blocks = ceil_div(tokens, kWarpTokensPerBlock);
+  with_dtype(dt, [&](auto tag) {
+    using T = decltype(tag);
+    with_bool(vec, [&](auto v) {
+      constexpr int V = decltype(v)::value ? 8 : 1;
+      collapse_kernel<T, V><<<blocks, 256, 0, stream>>>(static_cast<const T*>(x), pre, static_cast<T*>(y), tokens,
+                                                        hc, int(hidden));
+    });
+  });
+}
+
+void launch_mix_bwd_reduce(Dtype dt, const void* x, const void* grad_y, float* red, int64_t tokens, int hc,
+                           int64_t hidden, cudaStream_t stream) {
+  check_hc(hc);
+  if (tokens == 0) return;
+  const bool vec = vec_ok(hidden, {x, grad_y});
+  const unsigned blocks = ceil_div(tokens, kWarpTokensPerBlock);
+  with_dtype(dt, [&](auto tag) {
+    using T = decltype(tag);
+    with_bool(vec, [&](auto v) {
+      constexpr int V = decltype(v)::value ? 8 : 1;
+      mix_bwd_reduce_kernel<T, V><<<blocks, 256, 0, stream>>>(static_cast<const T*>(x),
+                                                              static_cast<const T*>(grad_y), red, tokens, hc,
+                                                              int(hidden));
+    });
+  });
+}
+
+void launch_mix_bwd_token(MixKind kind, const float* mixes, const float* red, const float* grad_post,
+                          const float* grad_comb, const float* base, const float* scale, float* coef,
+                          float* gate_grads, float* hist, int64_t tokens, int hc, int64_t hidden, MixConsts k,
+                          cudaStream_t stream) {
+  check_hc(hc);
+  if (tokens == 0) return;
+  const MixBwdTokenArgs a{mixes, red, grad_post, grad_comb, base, scale, coef, gate_grads, hist, tokens,
+                          int(hc * hidden), hc, mix_rows(kind, hc), k.hc_eps, k.rms_eps, k.post_mult,
+                          k.sinkhorn_iters};
+  with_kind(kind, [&](auto kind_tag) {
+    using Kind = decltype(kind_tag);
+    mix_bwd_token_kernel<Kind><<<ceil_div(tokens, 128), 128, 0, stream>>>(a);
+  });
+}
+
+void launch_mix_bwd_dx_dfn(MixKind kind, Dtype dt, const void* x, const void* grad_y, const float* coef,
+                           const float* fn, void* grad_x, float* partial, int64_t tokens, int hc, int64_t hidden,
+                           int splits, cudaStream_t stream) {
+  check_hc(hc);
+  const int K = int(hc * hidden);
+  if (K == 0) return;
+  const size_t el = dt == Dtype::bf16 ? 2 : 4;
+  const bool pair = hidden % 2 == 0 && aligned(x, 2 * el) && aligned(grad_y, 2 * el) && aligned(grad_x, 2 * el);
+  const int64_t per_split = std::max<int64_t>(1, (tokens + splits - 1) / splits);
+  with_kind(kind, [&](auto kind_tag) {
+    using Kind = decltype(kind_tag);
+    with_dtype(dt, [&](auto tag) {
+      using T = decltype(tag);
+      with_bool(pair, [&](auto v) {
+        constexpr int KV = decltype(v)::value ? 2 : 1;
+        const dim3 grid(ceil_div(K, int64_t(kDxThreads) * KV), unsigned(splits));
+        mix_bwd_dx_dfn_kernel<T, Kind, KV><<<grid, kDxThreads, 0, stream>>>(
+            static_cast<const T*>(x), static_cast<const T*>(grad_y), coef, fn, static_cast<T*>(grad_x), partial,
+            tokens, K, int(hidden), mix_rows(kind, hc), per_split);
+      });
+    });
+  });
+}
+
+void launch_sum_splits(const float* partial, float* out, int64_t n, int splits, cudaStream_t stream) {
+  if (n == 0) return;
+  const unsigned blocks = unsigned(std::min<int64_t>((n + 255) / 256, 4096));
+  sum_splits_kernel<<<blocks, 256, 0, stream>>>(partial, out, n, splits);
+}
+
+void launch_mix_bwd_colsum(MixKind kind, const float* gate_grads, int64_t tokens, int hc, float* grad_base,
+                           float* grad_scale, cudaStream_t stream) {
+  check_hc(hc);
+  const int m = mix_rows(kind, hc), ns = mix_scale_count(kind);
+  const int hi_col = kind == MixKind::pre ? PreKind::MP : HeadKind::MP;
+  colsum_kernel<<<unsigned(m + ns), 256, 0, stream>>>(gate_grads, tokens, mix_gate_width(kind), grad_base, m,
+                                                      hi_col, grad_scale);
+}
+
+}  // namespace parity::hc::cuda

@@ -1,0 +1,84 @@
+// Hyper-connection (mHC) CUDA kernels: launchers over raw device pointers (math and names: references/hc.hpp).
+// No LibTorch here, so the nvcc translation unit stays light; kernels/cuda/hc.cpp is the LibTorch bridge.
+//
+// Every launcher starts exactly ONE kernel on `stream` (none when there is no work), so the bridge can check
+// cudaGetLastError after each one and name the kernel that failed. Layouts are contiguous row-major:
+//   streams x / residual / grads [T, H, D]; hc_post x [T, D]; post / pre [T, H]; comb [T, H, H] (comb[t][j][k]);
+//   mixes [T, M] with M = (2+H)H for hc_pre and H for hc_head; fn [M, H*D]; base [M]; scale [3] or [1].
+// Streams are bf16 or fp32; everything else is fp32. 1 <= hc <= kMaxHc; any hidden (16-byte vector paths when
+// hidden % 8 == 0 and the pointers are 16-byte aligned, an element-wise path otherwise).
+// Nothing here uses atomics: every sum is taken in a fixed order, so every launcher is bitwise deterministic for a
+// given device and shape.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace parity::hc::cuda {
+
+inline constexpr int kMaxHc = 4;        // register arrays are sized for H <= 4 (V4 uses 4)
+inline constexpr int kMaxSinkhornIters = 1 << 12;
+
+enum class Dtype : int { bf16, fp32 };  // the streams' dtype
+enum class MixKind : int { pre, head };
+
+struct MixConsts {
+  float hc_eps, rms_eps, post_mult;
+  int sinkhorn_iters;  // hc_pre only
+};
+
+// ---- shapes of the workspaces the mix backward needs (the bridge allocates them, fp32) ----------------------------
+int mix_rows(MixKind kind, int hc);          // M: rows of fn, columns of mixes
+int mix_scale_count(MixKind kind);           // entries of scale: 3 (pre) or 1 (head)
+int mix_coef_width(MixKind kind);            // floats per token in `coef`
+int mix_gate_width(MixKind kind);            // floats per token in `gate_grads` (gate logit grads, then scale terms)
+int64_t sinkhorn_hist_floats(int64_t tokens, int hc, int iters);  // hc_pre backward's Sinkhorn history
+int mix_bwd_splits(int64_t tokens, int hc, int64_t hidden, int sm_count);  // token splits of the grad_fn partials
+
+// ---- hc_post -------------------------------------------------------------------------------------------------------
+// out[t,k,:] = post[t,k] x[t,:] + sum_j comb[t,j,k] residual[t,j,:]
+//   hf = false (cuda:v1): fp32 multiply-adds, one rounding to the stream dtype.
+//   hf = true  (cuda:hf): rounds where HF rounds: bf16(post), bf16(comb), bf16(post*x), bf16(fp32 sum_j), bf16(add).
+void launch_hc_post_fwd(Dtype dt, bool hf, const void* x, const void* residual, const float* post, const float* comb,
+                        void* out, int64_t tokens, int hc, int64_t hidden, cudaStream_t stream);
+// grad_x = sum_k post_k g_k; grad_residual_j = sum_k comb[j,k] g_k (one rounding each);
+// grad_post_k = <x, g_k>, grad_comb[j,k] = <residual_j, g_k> (fp32).
+void launch_hc_post_bwd(Dtype dt, const void* grad_out, const void* x, const void* residual, const float* post,
+                        const float* comb, void* grad_x, void* grad_residual, float* grad_post, float* grad_comb,
+                        int64_t tokens, int hc, int64_t hidden, cudaStream_t stream);
+
+// ---- hc_pre / hc_head forward --------------------------------------------------------------------------------------
+// mixes = rms_norm(x) @ fn^T (fp32, no tensor cores), then the gates: pre (both kinds), post and comb (pre only;
+// pass nullptr for head).
+void launch_mix_fwd(MixKind kind, Dtype dt, const void* x, const float* fn, const float* base, const float* scale,
+                    float* mixes, float* pre, float* post, float* comb, int64_t tokens, int hc, int64_t hidden,
+                    MixConsts k, cudaStream_t stream);
+// y[t,:] = sum_h pre[t,h] x[t,h,:]  (fp32, one rounding): hc_pre's collapsed and hc_head's out.
+void launch_collapse(Dtype dt, const void* x, const float* pre, void* y, int64_t tokens, int hc, int64_t hidden,
+                     cudaStream_t stream);
+
+// ---- hc_pre / hc_head backward: reduce -> token -> dx_dfn -> sum_splits + colsum ---------------------------------
+// red[t] = { sum x^2, <grad_y, x_h> for h < H }   (red: [T, 1+H])
+void launch_mix_bwd_reduce(Dtype dt, const void* x, const void* grad_y, float* red, int64_t tokens, int hc,
+                           int64_t hidden, cudaStream_t stream);
+// Per token (one thread each): the gate backward (sigmoids; hc_pre also the Sinkhorn, recomputed with its history
+// in `hist`), giving coef[t] = { r*g_mixes (padded), c = r^2/(HD) <g_mixes, mixes>, pre_h } and
+// gate_grads[t] = { d loss/d logit (padded), per-scale terms }. grad_post / grad_comb / hist: hc_pre only.
+void launch_mix_bwd_token(MixKind kind, const float* mixes, const float* red, const float* grad_post,
+                          const float* grad_comb, const float* base, const float* scale, float* coef,
+                          float* gate_grads, float* hist, int64_t tokens, int hc, int64_t hidden, MixConsts k,
+                          cudaStream_t stream);
+// grad_x = r (g_mixes @ fn) - c x + pre_h grad_y (one rounding); partial[s] = sum over split s of (r g_mixes)^T x.
+// partial: [splits, M, H*D]. Launches even when tokens == 0 (the partials are then zeros).
+void launch_mix_bwd_dx_dfn(MixKind kind, Dtype dt, const void* x, const void* grad_y, const float* coef,
+                           const float* fn, void* grad_x, float* partial, int64_t tokens, int hc, int64_t hidden,
+                           int splits, cudaStream_t stream);
+// out[i] = sum_{s < splits} partial[s * n + i], s in order.
+void launch_sum_splits(const float* partial, float* out, int64_t n, int splits, cudaStream_t stream);
+// Column sums of gate_grads [T, width] in a fixed order: grad_base[m] = col m (m < M), grad_scale[g] = col
+// gate_scale_col + g (g < scale count).
+void launch_mix_bwd_colsum(MixKind kind, const float* gate_grads, int64_t tokens, int hc, float* grad_base,
+                           float* grad_scale, cudaStream_t stream);
+
+}  // namespace parity::hc::cuda

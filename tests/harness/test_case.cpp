@@ -1,0 +1,110 @@
+// Case files: every malformed input is an InputError naming the file and field; a good file resolves fully.
+#include <parity/case.hpp>
+#include <parity/error.hpp>
+
+#include <gtest/gtest.h>
+
+namespace parity {
+namespace {
+
+const char* kHeader = R"toml(family = "hc"
+[constants]
+hc_eps = 1e-6
+rms_eps = 1e-6
+sinkhorn_iters = 20
+post_mult = 2.0
+)toml";
+
+const char* kPolicies = R"toml([case.policy]
+out = "ulp<=1"
+"grad/x" = "naive_relative(k=2, floor=1)"
+"grad/residual" = "naive_relative(k=2, floor=1)"
+"grad/post" = "naive_relative(k=2, floor=1)"
+"grad/comb" = "naive_relative(k=2, floor=1)"
+)toml";
+
+std::string post_case(const std::string& extra, const std::string& policies = kPolicies) {
+  return std::string(kHeader) + "[[case]]\nid = \"hc_post/t\"\ncovers = \"test\"\n" +
+         "dims = { tokens = 8, hc = 4, hidden = 16 }\ndtype = \"bf16\"\nsuites = [\"x\"]\n" + extra + "\n" + policies;
+}
+
+std::string error_of(const std::string& text) {
+  try {
+    parse_cases(text, "cases/t.toml", Registry::global());
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(CaseFile, GoodCaseResolves) {
+  auto cases = parse_cases(post_case("seed = 3"), "cases/t.toml", Registry::global());
+  ASSERT_EQ(cases.size(), 1u);
+  const Case& c = cases[0];
+  EXPECT_EQ(c.op, "hc_post");
+  EXPECT_EQ(c.ctx.dim("hidden"), 16);
+  EXPECT_EQ(c.ctx.constant("sinkhorn_iters"), 20);
+  EXPECT_EQ(c.ctx.dtype, at::kBFloat16);
+  EXPECT_EQ(*c.seed, 3u);
+  EXPECT_TRUE(c.backward);
+  EXPECT_EQ(c.policy.size(), 5u);
+  // Default variants: every registered one except planted faults.
+  EXPECT_FALSE(c.variants.empty());
+  for (const auto& v : c.variants) EXPECT_EQ(v.rfind("planted:", 0), std::string::npos) << v;
+}
+
+TEST(CaseFile, UnknownKernel) {
+  std::string text = post_case("seed = 1");
+  text.replace(text.find("hc_post/t"), 9, "hc_nope/t");
+  EXPECT_NE(error_of(text).find("cases/t.toml: case 'hc_nope/t' field 'id': unknown kernel 'hc_nope'"), std::string::npos)
+      << error_of(text);
+}
+
+TEST(CaseFile, MissingSeedAndGolden) {
+  EXPECT_NE(error_of(post_case("")).find("field 'seed': a case needs a seed or a golden file"), std::string::npos);
+}
+
+TEST(CaseFile, MissingDims) {
+  std::string text = post_case("seed = 1");
+  text.erase(text.find("dims ="), text.find('\n', text.find("dims =")) - text.find("dims =") + 1);
+  EXPECT_NE(error_of(text).find("case 'hc_post/t' field 'dims': missing required table"), std::string::npos);
+}
+
+TEST(CaseFile, BadTolerance) {
+  std::string pol = kPolicies;
+  pol.replace(pol.find("ulp<=1"), 6, "ulp<=-1");
+  EXPECT_NE(error_of(post_case("seed = 1", pol)).find("field 'policy.out'"), std::string::npos);
+  pol = kPolicies;
+  pol.replace(pol.find("naive_relative(k=2, floor=1)"), 28, "allclose(atol=1e-3)");
+  EXPECT_NE(error_of(post_case("seed = 1", pol)).find("field 'policy.grad/x'"), std::string::npos);
+}
+
+TEST(CaseFile, PolicyForUnknownTensorAndMissingPolicy) {
+  std::string pol = std::string(kPolicies) + "outt = \"bitwise\"\n";
+  EXPECT_NE(error_of(post_case("seed = 1", pol)).find("'outt' is not an output of hc_post"), std::string::npos);
+  pol = kPolicies;
+  pol.erase(pol.find("\"grad/comb\""));
+  EXPECT_NE(error_of(post_case("seed = 1", pol)).find("field 'policy.grad/comb': missing policy"), std::string::npos);
+  // Without backward the grads need no policy.
+  EXPECT_EQ(error_of(post_case("seed = 1\nbackward = false", "[case.policy]\nout = \"ulp<=1\"\n")), "");
+}
+
+TEST(CaseFile, UnknownFieldAndBadTypes) {
+  EXPECT_NE(error_of(post_case("seed = 1\ntolerance = 3")).find("field 'tolerance': unknown field"), std::string::npos);
+  EXPECT_NE(error_of(post_case("seed = \"one\"")).find("field 'seed': must be a non-negative integer"),
+            std::string::npos);
+  EXPECT_NE(error_of(post_case("seed = 1\nreference = \"fp16\"")).find("unknown reference numerics 'fp16'"),
+            std::string::npos);
+}
+
+TEST(CaseFile, SkipNeedsReason) {
+  EXPECT_NE(error_of(post_case("seed = 1\n[case.skip]\n\"cuda:v1\" = \"\"")).find("must give a reason"),
+            std::string::npos);
+}
+
+TEST(CaseFile, TomlSyntaxErrorHasLine) {
+  EXPECT_NE(error_of(std::string(kHeader) + "[[case]\n").find("cases/t.toml:7:"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace parity

@@ -1,0 +1,397 @@
+// The CUDA hyper-connection paths (kernels/cuda/hc.{cu,cpp}) against the references (references/hc.cpp), on the GPU.
+//
+// Every test skips ("no CUDA device") where no GPU is usable. For each cuda variant, stream dtype and shape:
+//   * cuda:v1 forward and backward against the reference fed fp32 inputs (autograd backward, random upstream grads)
+//     under the one-rounding bound: |got - want| <= half an ULP of the output's dtype + kRtol * max|want|;
+//   * and against the naive low-precision composition (the same reference fed the native inputs, the HF rounding):
+//     max|got - want| <= kNaiveK * max|naive - want| + kRtol * max|want| (the naive_relative rule);
+//   * cuda:hf on bf16 streams: forward BITWISE equal to the reference fed bf16 on the GPU (LibTorch CUDA ops);
+//   * inputs untouched, every output element written (outputs start as NaN), bitwise equal run to run.
+// The measured errors are printed ([hc-cuda] lines) so that a GPU log records them.
+#include "references/hc.hpp"
+
+#include <parity/error.hpp>
+
+#include <ATen/Context.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace parity::hc {
+namespace {
+
+// fp32-evaluation budget relative to the output's largest |value|: sums over K = H*D (16384 at V4 dims) or T in a
+// different order than cuBLAS / LibTorch land at a few 1e-7 relative; one bf16 rounding (2^-9) is far above.
+constexpr double kRtol = 1e-5;
+constexpr double kNaiveK = 2.0;
+constexpr uint64_t kSeed = 20250607;
+
+struct Shape {
+  int64_t hc, tokens, hidden;
+  std::vector<int64_t> lead;  // leading dims the variant must flatten (empty: [tokens, ...])
+  std::string covers;
+};
+
+const std::vector<Shape>& shapes() {
+  static const std::vector<Shape> s = {
+      {4, 1, 8, {}, "single token"},
+      {4, 7, 13, {}, "odd T, hidden not a multiple of 8: the element-wise paths"},
+      {4, 15, 24, {3, 5}, "leading dims flattened to T"},
+      {3, 9, 16, {}, "hc = 3: run-time H below the kernels' register capacity"},
+      {2, 33, 64, {}, "hc = 2"},
+      {4, 301, 1000, {}, "odd T over three 128-token tiles, hidden not a multiple of 256"},
+      {4, 257, 4096, {}, "V4 hidden (K = 16384): 256 K-chunks, grad_fn over several token splits"},
+  };
+  return s;
+}
+
+OpContext context(const Shape& s, at::ScalarType dtype) {
+  OpContext ctx;
+  ctx.dims = {{kTokens, s.tokens}, {kHc, s.hc}, {kHidden, s.hidden}};
+  ctx.constants = {{kHcEps, 1e-6}, {kRmsEps, 1e-6}, {kSinkhornIters, 20}, {kPostMult, 2.0}};
+  ctx.dtype = dtype;
+  return ctx;
+}
+
+const Registry& registry() {
+  static const Registry reg = [] {
+    Registry r;
+    register_hc_reference(r);
+    register_hc_cuda(r);
+    return r;
+  }();
+  return reg;
+}
+
+at::Device gpu() { return at::Device(at::kCUDA, 0); }
+
+// The reference's fp32 matmuls must be true fp32 (the contract's naive composition computes mixes without TF32).
+void no_tf32() { at::globalContext().setAllowTF32CuBLAS(false); }
+
+// Seeded inputs on the GPU, with the token dim split into `lead` where a shape asks for it.
+TensorMap make_inputs(const Op& op, const OpContext& ctx, const Shape& s, uint64_t seed = kSeed) {
+  TensorMap in = op.make_inputs(ctx, seed, gpu());
+  if (s.lead.empty()) return in;
+  for (auto& [name, t] : in) {
+    if (name != "x" && op.name != "hc_post") continue;
+    std::vector<int64_t> shape = s.lead;
+    shape.insert(shape.end(), t.sizes().begin() + 1, t.sizes().end());
+    t = t.view(shape);
+  }
+  return in;
+}
+
+at::Tensor poisoned(at::IntArrayRef shape, at::ScalarType dtype) {
+  return at::full(shape, std::numeric_limits<double>::quiet_NaN(), at::TensorOptions().dtype(dtype).device(gpu()));
+}
+
+TensorMap clone(const TensorMap& m) {
+  TensorMap c;
+  for (const auto& [name, t] : m) c[name] = t.clone();
+  return c;
+}
+
+TensorMap run_forward(const Op& op, const Variant& v, const OpContext& ctx, const TensorMap& in) {
+  TensorMap out;
+  for (const TensorSpec& spec : op.output_specs(ctx, in)) out[spec.name] = poisoned(spec.shape, spec.dtype);
+  v.forward(ctx, in, out);
+  return out;
+}
+
+TensorMap run_backward(const Op& op, const Variant& v, const OpContext& ctx, const TensorMap& in,
+                       const TensorMap& fwd_out, const TensorMap& grad_out) {
+  TensorMap grads;
+  for (const std::string& name : op.grad_inputs) grads[name] = poisoned(in.at(name).sizes(), in.at(name).scalar_type());
+  v.backward(ctx, in, fwd_out, grad_out, grads);
+  return grads;
+}
+
+// Random upstream grads (never ones: a ones grad hides a transposed or mis-summed backward), in each output's dtype.
+TensorMap make_grad_out(const Op& op, const TensorMap& out) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(kSeed + 1);
+  TensorMap g;
+  for (const std::string& name : op.grad_outputs) {
+    const at::Tensor& o = out.at(name);
+    g[name] = at::normal(0.0, 1.0, o.sizes(), gen, at::TensorOptions().dtype(at::kFloat)).to(o.scalar_type()).to(gpu());
+  }
+  return g;
+}
+
+struct Expected {
+  TensorMap out, grads;
+};
+
+// The reference composition with autograd. fp32 = true: inputs and upstream grads upcast (the reference);
+// fp32 = false: as they are (the naive low-precision composition, HF's roundings).
+Expected run_reference(const Op& op, const OpContext& ctx, const TensorMap& in, const TensorMap& grad_out, bool fp32) {
+  no_tf32();
+  TensorMap leaf;
+  for (const auto& [name, t] : in) leaf[name] = (fp32 ? t.to(at::kFloat) : t).detach().clone().requires_grad_(true);
+  TensorMap out = op.reference(ctx, leaf);
+  std::vector<at::Tensor> outs, gos, inputs;
+  for (const std::string& name : op.grad_outputs) {
+    outs.push_back(out.at(name));
+    gos.push_back(fp32 ? grad_out.at(name).to(at::kFloat) : grad_out.at(name).to(out.at(name).scalar_type()));
+  }
+  for (const std::string& name : op.grad_inputs) inputs.push_back(leaf.at(name));
+  const std::vector<at::Tensor> g = torch::autograd::grad(outs, inputs, gos);
+  Expected e;
+  for (auto& [name, t] : out) e.out[name] = t.detach();
+  for (size_t i = 0; i < op.grad_inputs.size(); ++i) e.grads[op.grad_inputs[i]] = g[i];
+  return e;
+}
+
+// Half the spacing of `dtype` at |x| (bf16 keeps 8 significant bits, fp32 24).
+double half_ulp(double x, at::ScalarType dtype) {
+  if (x == 0) return 0;
+  const int bits = dtype == at::kBFloat16 ? 8 : 24;
+  int exp = 0;
+  std::frexp(x, &exp);
+  return std::ldexp(1.0, exp - bits - 1);
+}
+
+double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
+  const at::Tensor d = (a.to(at::kDouble) - b.to(at::kDouble)).abs();
+  if (d.numel() == 0) return 0;
+  if (at::isnan(d).any().item<bool>()) return std::numeric_limits<double>::infinity();
+  return d.max().item<double>();
+}
+
+double max_abs(const at::Tensor& a) { return a.numel() == 0 ? 0 : a.to(at::kDouble).abs().max().item<double>(); }
+
+// One tensor of a variant against the reference (one-rounding bound, elementwise) and against the naive
+// composition (max error at most kNaiveK times the naive one, plus the fp32 budget).
+::testing::AssertionResult close(const std::string& what, const at::Tensor& got, const at::Tensor& want,
+                                 const at::Tensor& naive) {
+  if (got.sizes() != want.sizes())
+    return ::testing::AssertionFailure() << what << ": shape " << describe(got) << " vs " << describe(want);
+  const at::Tensor a = got.to(at::kDouble).cpu().contiguous().flatten();
+  const at::Tensor e = want.to(at::kDouble).cpu().contiguous().flatten();
+  const double* pa = a.data_ptr<double>();
+  const double* pe = e.data_ptr<double>();
+  const double scale = max_abs(e);
+  int64_t bad = 0, worst = -1;
+  double worst_excess = -std::numeric_limits<double>::infinity(), worst_allowed = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double diff = std::abs(pa[i] - pe[i]);
+    const double allowed = half_ulp(std::max(std::abs(pa[i]), std::abs(pe[i])), got.scalar_type()) + kRtol * scale;
+    const double excess = std::isnan(diff) ? std::numeric_limits<double>::infinity() : diff - allowed;
+    if (excess > 0) ++bad;
+    if (excess > worst_excess) worst_excess = excess, worst = i, worst_allowed = allowed;
+  }
+  const double err = max_abs_diff(got, want), err_naive = max_abs_diff(naive, want);
+  const double naive_bound = kNaiveK * err_naive + kRtol * scale;
+  std::printf("[hc-cuda] %-58s max|got-ref| %.3e  max|naive-ref| %.3e  ratio %.3f  max|ref| %.3e\n", what.c_str(),
+              err, err_naive, err_naive > 0 ? err / err_naive : 0.0, scale);
+  if (bad > 0)
+    return ::testing::AssertionFailure() << what << " " << describe(got) << ": " << bad << " / " << a.numel()
+                                         << " elements out of the one-rounding bound; worst at flat index " << worst
+                                         << ": got " << pa[worst] << ", want " << pe[worst] << " (up to "
+                                         << worst_allowed << " allowed)";
+  if (!(err <= naive_bound))
+    return ::testing::AssertionFailure() << what << ": max error " << err << " above " << kNaiveK
+                                         << " x the naive composition's " << err_naive << " + " << kRtol * scale;
+  return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult bitwise(const std::string& what, const at::Tensor& got, const at::Tensor& want) {
+  if (got.sizes() != want.sizes() || got.scalar_type() != want.scalar_type())
+    return ::testing::AssertionFailure() << what << ": " << describe(got) << " vs " << describe(want);
+  const int64_t n = bitwise_diff_count(got, want);
+  if (n == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": " << n << " / " << got.numel() << " elements differ bitwise";
+}
+
+void expect_unchanged(const TensorMap& before, const TensorMap& after) {
+  for (const auto& [name, t] : before) EXPECT_TRUE(bitwise("input " + name, after.at(name), t));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Every cuda variant, every shape, bf16 and fp32 streams
+// ---------------------------------------------------------------------------------------------------------------
+
+struct Case {
+  std::string op, variant;
+  at::ScalarType dtype;
+  Shape shape;
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> c;
+  for (const std::string& op : registry().op_names())
+    for (const Variant* v : registry().variants(op))
+      if (v->device == at::kCUDA)
+        for (at::ScalarType dtype : {at::kBFloat16, at::kFloat})
+          for (const Shape& s : shapes()) c.push_back({op, v->id, dtype, s});
+  return c;
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  std::string id = c.variant.substr(c.variant.find(':') + 1);
+  return fmt::format("{}_{}_{}_h{}_t{}_d{}{}", c.op, id, dtype_name(c.dtype), c.shape.hc, c.shape.tokens,
+                     c.shape.hidden, c.shape.lead.empty() ? "" : "_lead");
+}
+
+class CudaVariant : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  }
+  const Case& c() const { return GetParam(); }
+  const Op& op() const { return registry().op(c().op); }
+  const Variant& variant() const { return registry().variant(c().op, c().variant); }
+  OpContext ctx() const { return context(c().shape, c().dtype); }
+  std::string label(const std::string& tensor) const {
+    return fmt::format("{} {} {} h{} t{} d{} {}", c().op, c().variant, dtype_name(c().dtype), c().shape.hc,
+                       c().shape.tokens, c().shape.hidden, tensor);
+  }
+  // cuda:hf on bf16 streams rounds where HF rounds: its forward contract is bitwise, not the fp32 bound.
+  bool hf_rounding() const { return c().variant == "cuda:hf" && c().dtype == at::kBFloat16; }
+};
+
+TEST_P(CudaVariant, ForwardMatchesReference) {
+  SCOPED_TRACE(c().shape.covers);
+  const OpContext ctx = this->ctx();
+  const TensorMap in = make_inputs(op(), ctx, c().shape);
+  const TensorMap before = clone(in);
+  const TensorMap out = run_forward(op(), variant(), ctx, in);
+  expect_unchanged(before, in);
+  const TensorMap grad_out = make_grad_out(op(), out);
+  const Expected naive = run_reference(op(), ctx, in, grad_out, false);
+  if (hf_rounding()) {
+    const at::Tensor& got = out.at("out");
+    const at::Tensor& want = naive.out.at("out");
+    const int64_t n = bitwise_diff_count(got, want);
+    const double ulp_max = max_abs_diff(got, want);
+    std::printf("[hc-cuda] %-58s differs bitwise from the LibTorch CUDA bf16 composition in %lld / %lld (max |d| %.3e)\n",
+                label("out").c_str(), static_cast<long long>(n), static_cast<long long>(got.numel()), ulp_max);
+    EXPECT_TRUE(bitwise("out (cuda:hf vs the reference fed bf16)", got, want));
+    return;
+  }
+  const Expected want = run_reference(op(), ctx, in, grad_out, true);
+  for (const std::string& name : op().outputs)
+    EXPECT_TRUE(close(label(name), out.at(name), want.out.at(name), naive.out.at(name)));
+}
+
+TEST_P(CudaVariant, BackwardMatchesAutograd) {
+  SCOPED_TRACE(c().shape.covers);
+  const OpContext ctx = this->ctx();
+  const TensorMap in = make_inputs(op(), ctx, c().shape);
+  const TensorMap before = clone(in);
+  const TensorMap out = run_forward(op(), variant(), ctx, in);
+  const TensorMap saved = clone(out);
+  const TensorMap grad_out = make_grad_out(op(), out);
+  const TensorMap grads = run_backward(op(), variant(), ctx, in, out, grad_out);
+  expect_unchanged(before, in);
+  expect_unchanged(saved, out);
+  const Expected want = run_reference(op(), ctx, in, grad_out, true);
+  const Expected naive = run_reference(op(), ctx, in, grad_out, false);
+  for (const std::string& name : op().grad_inputs) {
+    EXPECT_EQ(grads.at(name).scalar_type(), in.at(name).scalar_type()) << "grad " << name;
+    EXPECT_TRUE(close(label("grad " + name), grads.at(name), want.grads.at(name), naive.grads.at(name)));
+  }
+}
+
+// Same bits run to run: no atomics, every sum in a fixed order.
+TEST_P(CudaVariant, Deterministic) {
+  const OpContext ctx = this->ctx();
+  const TensorMap in = make_inputs(op(), ctx, c().shape);
+  auto run = [&] {
+    TensorMap out = run_forward(op(), variant(), ctx, in);
+    TensorMap grads = run_backward(op(), variant(), ctx, in, out, make_grad_out(op(), out));
+    for (auto& [name, t] : grads) out["grad " + name] = t;
+    return out;
+  };
+  const TensorMap a = run(), b = run();
+  for (const auto& [name, t] : a) EXPECT_TRUE(bitwise(name + " (run to run)", b.at(name), t));
+}
+
+INSTANTIATE_TEST_SUITE_P(Hc, CudaVariant, ::testing::ValuesIn(cases()), case_name);
+
+// ---------------------------------------------------------------------------------------------------------------
+// cuda:hf at V4 width, several tiles of tokens: bitwise with the LibTorch CUDA bf16 composition; backward = v1's
+// ---------------------------------------------------------------------------------------------------------------
+
+TEST(HcPostCudaHf, BitwiseWithLibTorchAtV4Width) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Shape s{4, 2048, 4096, {}, "V4 width"};
+  const Op& op = registry().op("hc_post");
+  const OpContext ctx = context(s, at::kBFloat16);
+  const TensorMap in = make_inputs(op, ctx, s, kSeed + 7);
+  const TensorMap out = run_forward(op, registry().variant("hc_post", "cuda:hf"), ctx, in);
+  const at::Tensor want = hc_post_ref(constants(ctx), in).at("out");
+  const int64_t n = bitwise_diff_count(out.at("out"), want);
+  std::printf("[hc-cuda] hc_post cuda:hf bf16 h4 t2048 d4096: %lld / %lld elements differ bitwise from LibTorch\n",
+              static_cast<long long>(n), static_cast<long long>(want.numel()));
+  EXPECT_EQ(n, 0);
+}
+
+TEST(HcPostCudaHf, BackwardIsV1) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Shape s = shapes()[5];
+  const Op& op = registry().op("hc_post");
+  const OpContext ctx = context(s, at::kBFloat16);
+  const TensorMap in = make_inputs(op, ctx, s);
+  const Variant& v1 = registry().variant("hc_post", "cuda:v1");
+  const Variant& hf = registry().variant("hc_post", "cuda:hf");
+  const TensorMap out = run_forward(op, v1, ctx, in);
+  const TensorMap g = make_grad_out(op, out);
+  const TensorMap gv1 = run_backward(op, v1, ctx, in, out, g), ghf = run_backward(op, hf, ctx, in, out, g);
+  for (const auto& [name, t] : gv1) EXPECT_TRUE(bitwise("grad " + name, ghf.at(name), t));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Inputs outside the contract
+// ---------------------------------------------------------------------------------------------------------------
+
+TEST(HcCudaInputs, Fp16StreamsAreRejectedByName) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Shape s = shapes()[1];
+  for (const std::string& name : registry().op_names())
+    for (const Variant* v : registry().variants(name)) {
+      if (v->device != at::kCUDA) continue;
+      const Op& op = registry().op(name);
+      const OpContext ctx = context(s, at::kHalf);
+      TensorMap in = make_inputs(op, ctx, s);
+      TensorMap out;
+      for (const TensorSpec& spec : op.output_specs(ctx, in)) out[spec.name] = poisoned(spec.shape, spec.dtype);
+      try {
+        v->forward(ctx, in, out);
+        ADD_FAILURE() << name << " " << v->id << " accepted fp16 streams";
+      } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("fp16"), std::string::npos) << e.what();
+      }
+    }
+}
+
+TEST(HcCudaInputs, CpuTensorsAndWideHcAreRejected) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Op& op = registry().op("hc_post");
+  const Variant& v = registry().variant("hc_post", "cuda:v1");
+  {
+    const Shape s{4, 3, 8, {}, "cpu inputs"};
+    const OpContext ctx = context(s, at::kBFloat16);
+    TensorMap in = op.make_inputs(ctx, kSeed, at::kCPU);
+    TensorMap out;
+    for (const TensorSpec& spec : op.output_specs(ctx, in)) out[spec.name] = poisoned(spec.shape, spec.dtype);
+    EXPECT_THROW(v.forward(ctx, in, out), InputError);
+  }
+  {
+    const Shape s{8, 3, 8, {}, "hc = 8"};
+    const OpContext ctx = context(s, at::kBFloat16);
+    TensorMap in = make_inputs(op, ctx, s);
+    TensorMap out;
+    for (const TensorSpec& spec : op.output_specs(ctx, in)) out[spec.name] = poisoned(spec.shape, spec.dtype);
+    EXPECT_THROW(v.forward(ctx, in, out), InputError);
+  }
+}
+
+}  // namespace
+}  // namespace parity::hc
