@@ -170,6 +170,7 @@ int main(int argc, char** argv) {
     __nv_bfloat16* y = alloc<__nv_bfloat16>(T * D);
     __nv_bfloat16* gx = alloc<__nv_bfloat16>(T * HD);
     float* fn = normal<float>(int64_t(M) * HD, 13, 1.f / std::sqrt(float(HD)));
+    float* fnT = alloc<float>(kc::mix_fnT_floats(kc::MixKind::pre, H, D));
     float* base = normal<float>(M, 14);
     float* scale = normal<float>(3, 15, 0.3f, 1.f);
     float *mixes = alloc<float>(T * M), *pre = alloc<float>(T * H), *post = alloc<float>(T * H),
@@ -191,7 +192,8 @@ int main(int argc, char** argv) {
       const std::string op = p ? "hc_pre" : "hc_head";
       const double prm = double(m) * HD * 4;
       auto fwd_mix = [&] {
-        kc::launch_mix_fwd(kind, kc::Dtype::bf16, x, fn, base, scale, mixes, pre, p ? post : nullptr,
+        kc::launch_mix_fn_transpose(kind, fn, fnT, H, D, s);
+        kc::launch_mix_fwd(kind, kc::Dtype::bf16, x, fnT, base, scale, mixes, pre, p ? post : nullptr,
                            p ? comb : nullptr, T, H, D, k, s);
       };
       auto fwd_collapse = [&] { kc::launch_collapse(kc::Dtype::bf16, x, pre, y, T, H, D, s); };
@@ -207,7 +209,7 @@ int main(int argc, char** argv) {
         kc::launch_sum_splits(part, gfn, int64_t(m) * HD, splits, s);
         kc::launch_mix_bwd_colsum(kind, gate, T, H, gbase, gscale, s);
       };
-      rows.push_back({op + " fwd: mix_fwd", time_ms(fwd_mix), T * HD * e + prm + T * (m + 2 * H + H * H) * 4.0});
+      rows.push_back({op + " fwd: fn_transpose+mix_fwd", time_ms(fwd_mix), T * HD * e + prm + T * (m + 2 * H + H * H) * 4.0});
       rows.push_back({op + " fwd: collapse", time_ms(fwd_collapse), (T * HD + T * D) * e + T * H * 4.0});
       rows.push_back({op + " fwd total (vs one pass)", time_ms([&] { fwd_mix(), fwd_collapse(); }),
                       (T * HD + T * D) * e + prm + (p ? small : T * 2 * H * 4.0)});

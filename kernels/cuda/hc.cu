@@ -414,13 +414,23 @@ __device__ void sinkhorn_backward(const Mat& logits, Mat& g, int H, float eps, i
 #pragma unroll
     for (int j = 0; j < H4; ++j) c[i][j] = logits[i][j];
   sinkhorn_forward(c, H, eps, iters, hist, t, tokens);
-  for (int n = sinkhorn_norms(iters); n >= 1; --n) {
-    Mat u;
+  // Stage n-1 is loaded while stage n is walked back: one memory latency in flight instead of one per stage.
+  auto load_stage = [&](int n, Mat& u) {
     const float* h = hist + int64_t(n - 1) * H4 * H4 * tokens + t;
 #pragma unroll
     for (int i = 0; i < H4; ++i)
 #pragma unroll
-      for (int j = 0; j < H4; ++j) u[i][j] = h[(i * H4 + j) * tokens];
+      for (int j = 0; j < H4; ++j) u[i][j] = (i < H && j < H) ? h[(i * H4 + j) * tokens] : 0.f;
+  };
+  Mat un;
+  load_stage(sinkhorn_norms(iters), un);
+  for (int n = sinkhorn_norms(iters); n >= 1; --n) {
+    Mat u;
+#pragma unroll
+    for (int i = 0; i < H4; ++i)
+#pragma unroll
+      for (int j = 0; j < H4; ++j) u[i][j] = un[i][j];
+    if (n > 1) load_stage(n - 1, un);
     if (n & 1) {  // columns
 #pragma unroll
       for (int j = 0; j < H4; ++j) {
@@ -647,17 +657,18 @@ struct HeadKind : MixLayout<H4, 1> {
 // -------------------------------------------------------------------------------------------------------------------
 //
 // The projection is a skinny GEMM (N = 24, K = 16384 at V4 dims). fn (1.5 MB) is re-read from L2 once per CTA
-// tile of kTM tokens, so the tile is large; K is cut into chunks of kKC staged through shared memory (double
-// buffered through registers: the next chunk's global loads are in flight while this chunk is multiplied).
+// tile of kTM tokens, so the tile is large; K is cut into chunks of kKC staged through shared memory by a
+// kStages-deep cp.async pipeline (two chunks in flight while one is multiplied; no staging registers). fn is read
+// through fnT [K][MP] (transposed and zero-padded by mix_fn_transpose), so a chunk of it is one contiguous block.
 // Threads: lane & 15 = token group tg (tokens tg + 16 i, i < 8), the two half-warps split the MP columns (NCG = 2)
 // or the chunk's words (NCG = 1), warps split the chunk's words: every thread keeps an 8 x RN accumulator tile and
 // the NKS partial tiles are summed in shared memory in a fixed order after the K loop.
 // x sits in shared memory as 32-bit words (2 bf16 / 1 fp32) with a row stride of W + 1 words, so the 16 rows a
-// half-warp reads at one word fall in 16 different banks; fn is stored transposed ([k][m]) and read as float4
+// half-warp reads at one word fall in 16 different banks (hence 4-byte copies); fnT rows are read as float4
 // broadcasts. The sum of squares for the rms scale rides along (r multiplies the dot products afterwards: a
 // per-token scalar, mathematically the reference's (x r) @ fn^T).
 
-constexpr int kTM = 128, kKC = 64, kMixThreads = 256, kRM = 8;
+constexpr int kTM = 128, kKC = 64, kMixThreads = 256, kRM = 8, kStages = 3;
 
 template <int MP>
 struct MixTile {
@@ -673,14 +684,13 @@ struct MixWords {
   static constexpr int EPW = 4 / int(sizeof(T));   // elements per 32-bit word
   static constexpr int W = kKC / EPW;              // words per row per chunk
   static constexpr int WPR = W + 1;                // padded row stride (words)
-  static constexpr int VE = 16 / int(sizeof(T));   // elements per 16-byte global load
 };
 
 template <typename T, int MP>
 constexpr size_t mix_fwd_smem_bytes() {
   using Wd = MixWords<T>;
   using Tl = MixTile<MP>;
-  const size_t stage = 2 * size_t(kTM) * Wd::WPR * 4 + 2 * size_t(kKC) * MP * 4;
+  const size_t stage = kStages * (size_t(kTM) * Wd::WPR * 4 + size_t(kKC) * MP * 4);
   const size_t red = size_t(Tl::NKS) * kTM * (MP + 1) * 4;
   return stage > red ? stage : red;
 }
@@ -692,96 +702,90 @@ __device__ __forceinline__ uint32_t elem_bits<float>(const float* p) { return __
 template <>
 __device__ __forceinline__ uint32_t elem_bits<bf16>(const bf16* p) { return __bfloat16_as_ushort(__ldg(p)); }
 
-template <typename T, class Kind, bool VL>
-__global__ void __launch_bounds__(kMixThreads, 1) mix_fwd_kernel(const T* __restrict__ x, const float* __restrict__ fn,
+// cp.async with a source size: 0 bytes read = the destination is zero-filled (tails of K and of the token tile).
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool full) {
+  const unsigned d = unsigned(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(full ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool full) {
+  const unsigned d = unsigned(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(full ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// fnT[k][m] = fn[m][k] for m < M, 0 for M <= m < MP.
+__global__ void __launch_bounds__(256) mix_fn_transpose_kernel(const float* __restrict__ fn, float* __restrict__ fnT,
+                                                               int M, int MP, int K) {
+  const int64_t n = int64_t(K) * MP;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int k = int(i / MP), m = int(i % MP);
+    fnT[i] = m < M ? __ldg(fn + int64_t(m) * K + k) : 0.f;
+  }
+}
+
+// AS: x rows can be copied as aligned 4-byte words (fp32, or bf16 with K even and a 4-byte aligned base);
+// otherwise (bf16 with odd K) x is loaded element by element, synchronously.
+template <typename T, class Kind, bool AS>
+__global__ void __launch_bounds__(kMixThreads, 1) mix_fwd_kernel(const T* __restrict__ x, const float* __restrict__ fnT,
                                                                  MixFwdArgs a) {
   constexpr int MP = Kind::MP;
   using Tl = MixTile<MP>;
   using Wd = MixWords<T>;
   constexpr int RN = Tl::RN;
-  constexpr int XPT = kTM * kKC / Wd::VE / kMixThreads;  // x 16-byte vectors per thread per chunk
-  constexpr int VPR = kKC / Wd::VE;                       // 16-byte vectors per row per chunk
-  constexpr int FV = MP * kKC / 4;                        // fn float4s per chunk
-  constexpr int FPT = (FV + kMixThreads - 1) / kMixThreads;
+  constexpr int XW = kTM * Wd::W;                         // x words per chunk
+  static_assert(XW % kMixThreads == 0, "x words split evenly");
+  constexpr int FV = MP * kKC / 4;                        // fnT float4s per chunk
   constexpr int J = Wd::W / (Tl::KH * 8);                 // words per thread per chunk
-  static_assert(XPT * kMixThreads * Wd::VE == kTM * kKC, "x tile split");
+  constexpr int XS = kTM * Wd::WPR, FS = kKC * MP;        // words / floats per stage
 
   extern __shared__ __align__(16) unsigned char smem[];
-  uint32_t* xs = reinterpret_cast<uint32_t*>(smem);                                 // [2][kTM][WPR]
-  float* fs = reinterpret_cast<float*>(smem + 2 * size_t(kTM) * Wd::WPR * 4);       // [2][kKC][MP]
+  uint32_t* xs = reinterpret_cast<uint32_t*>(smem);                                   // [kStages][kTM][WPR]
+  float* fs = reinterpret_cast<float*>(smem + size_t(kStages) * XS * 4);              // [kStages][kKC][MP]
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t t0 = int64_t(blockIdx.x) * kTM;
-  const int K = a.K, M = a.M;
+  const int K = a.K;
   const int tg = lane & 15;
   const int cg = Tl::NCG == 2 ? lane >> 4 : 0;
   const int kh = Tl::NCG == 1 ? lane >> 4 : 0;
+  const int chunks = (K + kKC - 1) / kKC;
 
-  uint4 xreg[XPT];
-  float4 freg[FPT];
-
-  auto load_chunk = [&](int chunk) {
+  auto issue_chunk = [&](int chunk) {
+    const int stage = chunk % kStages;
+    uint32_t* xb = xs + stage * XS;
+    float* fb = fs + stage * FS;
     const int k0 = chunk * kKC;
-#pragma unroll
-    for (int i = 0; i < XPT; ++i) {
-      const int v = tid + i * kMixThreads, row = v / VPR, col = v % VPR;
+    // Not unrolled: unrolled, the compiler keeps one 64-bit source pointer per copy live across the K loop.
+#pragma unroll 1
+    for (int i = 0; i < XW / kMixThreads; ++i) {
+      const int v = tid + i * kMixThreads, row = v / Wd::W, col = v % Wd::W;  // a warp: 32 words of one row
       const int64_t t = t0 + row;
-      const int k = k0 + col * Wd::VE;
-      const T* src = x + t * K + k;
-      if (VL) {
-        xreg[i] = (t < a.tokens && k < K) ? __ldg(reinterpret_cast<const uint4*>(src)) : make_uint4(0, 0, 0, 0);
+      const int k = k0 + col * Wd::EPW;
+      const bool tok = t < a.tokens;
+      if (AS) {
+        cp_async4(xb + row * Wd::WPR + col, tok && k < K ? x + t * K + k : x, tok && k < K);
       } else {
-        uint32_t w[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          if (Wd::EPW == 2) {
-            const int e = k + 2 * q;
-            const uint32_t lo = (t < a.tokens && e < K) ? elem_bits(src + 2 * q) : 0u;
-            const uint32_t hi = (t < a.tokens && e + 1 < K) ? elem_bits(src + 2 * q + 1) : 0u;
-            w[q] = lo | (hi << 16);
-          } else {
-            w[q] = (t < a.tokens && k + q < K) ? elem_bits(src + q) : 0u;
-          }
+        const T* src = x + t * K + k;
+        uint32_t w = 0;
+        if (Wd::EPW == 2) {
+          if (tok && k < K) w = elem_bits(src);
+          if (tok && k + 1 < K) w |= elem_bits(src + 1) << 16;
+        } else if (tok && k < K) {
+          w = elem_bits(src);
         }
-        xreg[i] = make_uint4(w[0], w[1], w[2], w[3]);
+        xb[row * Wd::WPR + col] = w;
       }
     }
 #pragma unroll
-    for (int i = 0; i < FPT; ++i) {
-      const int v = tid + i * kMixThreads;
-      const int m = v % MP, c4 = v / MP, k = k0 + c4 * 4;
-      const float* src = fn + int64_t(m) * K + k;
-      float4 f = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (v < FV && m < M) {
-        if (VL) {
-          if (k < K) f = __ldg(reinterpret_cast<const float4*>(src));
-        } else {
-          if (k < K) f.x = __ldg(src);
-          if (k + 1 < K) f.y = __ldg(src + 1);
-          if (k + 2 < K) f.z = __ldg(src + 2);
-          if (k + 3 < K) f.w = __ldg(src + 3);
-        }
-      }
-      freg[i] = f;
-    }
-  };
-
-  auto store_chunk = [&](int buf) {
-    uint32_t* xb = xs + buf * kTM * Wd::WPR;
-    float* fb = fs + buf * kKC * MP;
-#pragma unroll
-    for (int i = 0; i < XPT; ++i) {
-      const int v = tid + i * kMixThreads, row = v / VPR, col = v % VPR;
-      uint32_t* dst = xb + row * Wd::WPR + col * 4;  // a 16-byte vector is 4 words
-      dst[0] = xreg[i].x, dst[1] = xreg[i].y, dst[2] = xreg[i].z, dst[3] = xreg[i].w;
-    }
-#pragma unroll
-    for (int i = 0; i < FPT; ++i) {
-      const int v = tid + i * kMixThreads;
+    for (int i = 0; i < (FV + kMixThreads - 1) / kMixThreads; ++i) {
+      const int v = tid + i * kMixThreads;  // float4 v of the chunk: row k0 + v / (MP/4), columns 4 (v % (MP/4))
       if (v < FV) {
-        const int m = v % MP, c4 = v / MP;
-        float* dst = fb + (c4 * 4) * MP + m;
-        dst[0] = freg[i].x, dst[MP] = freg[i].y, dst[2 * MP] = freg[i].z, dst[3 * MP] = freg[i].w;
+        const int k = k0 + v / (MP / 4);
+        cp_async16(fb + 4 * v, k < K ? fnT + int64_t(k0) * MP + 4 * v : fnT, k < K);
       }
     }
   };
@@ -794,15 +798,18 @@ __global__ void __launch_bounds__(kMixThreads, 1) mix_fwd_kernel(const T* __rest
     for (int n = 0; n < RN; ++n) acc[i][n] = 0.f;
   }
 
-  const int chunks = (K + kKC - 1) / kKC;
-  load_chunk(0);
-  store_chunk(0);
-  __syncthreads();
+#pragma unroll
+  for (int c = 0; c < kStages - 1; ++c) {
+    if (c < chunks) issue_chunk(c);
+    cp_async_commit();  // one group per chunk slot, empty or not, so the wait count below stays uniform
+  }
   for (int chunk = 0; chunk < chunks; ++chunk) {
-    const int buf = chunk & 1;
-    if (chunk + 1 < chunks) load_chunk(chunk + 1);  // in flight during this chunk's FFMAs
-    const uint32_t* xb = xs + buf * kTM * Wd::WPR;
-    const float* fb = fs + buf * kKC * MP;
+    cp_async_wait<kStages - 2>();  // this thread's copies of `chunk` have landed
+    __syncthreads();               // everyone's have; everyone is done with chunk - 1, whose stage is refilled next
+    if (chunk + kStages - 1 < chunks) issue_chunk(chunk + kStages - 1);
+    cp_async_commit();
+    const uint32_t* xb = xs + (chunk % kStages) * XS;
+    const float* fb = fs + (chunk % kStages) * FS;
 #pragma unroll
     for (int j = 0; j < J; ++j) {
       // Half-warps of one warp read words 16 apart (bank-disjoint); see the kernel comment.
@@ -829,9 +836,9 @@ __global__ void __launch_bounds__(kMixThreads, 1) mix_fwd_kernel(const T* __rest
         }
       }
     }
-    if (chunk + 1 < chunks) store_chunk(buf ^ 1);  // the other buffer: last read before the previous barrier
-    __syncthreads();
   }
+  cp_async_wait<0>();
+  __syncthreads();
 
   // Partial tiles -> shared memory (the staging buffers are dead), summed per token over ks = 0..NKS-1 in order.
   float* red = reinterpret_cast<float*>(smem);  // [NKS][kTM][MP + 1]
@@ -948,57 +955,147 @@ __global__ void __launch_bounds__(128) mix_bwd_token_kernel(MixBwdTokenArgs a) {
 // grad_x[t,k] = sum_m coef_m fn[m,k] - c x[t,k] + pre_h g_y[t,d]  (k = h*D + d; one rounding)
 // partial[s,m,k] = sum_{t in split s} coef_m x[t,k]   (= grad_fn's share of split s, as (r g_mixes)^T x)
 // Each thread owns KV adjacent columns k for the whole launch: fn[:, k] and the grad_fn accumulators stay in
-// registers, while tokens stream past; the per-token coefficient row is a warp-uniform (broadcast) load.
+// registers while the tokens of its split stream past. Each thread's loads per token are only 2 x KV elements, so
+// tokens go in tiles of TT: the next tile's x / g_y (registers) and coefficient rows (one float4 per thread, then
+// shared memory, read back as broadcasts) are in flight while this tile is computed; without that the loop waits a
+// full memory latency per token (measured: 2.5 ms for hc_pre at V4 dims, against ~0.4 ms of traffic).
 constexpr int kDxThreads = 128;
 
+// KV stream elements as loaded (packed), unpacked to fp32 when used.
+template <typename T, int KV>
+struct Raw;
+template <>
+struct Raw<bf16, 2> {
+  using type = uint32_t;
+  static __device__ __forceinline__ type load(const bf16* p) { return __ldg(reinterpret_cast<const unsigned*>(p)); }
+  static __device__ __forceinline__ type zero() { return 0u; }
+  static __device__ __forceinline__ void unpack(type w, float (&v)[2]) { v[0] = bf_lo(w), v[1] = bf_hi(w); }
+};
+template <>
+struct Raw<bf16, 1> {
+  using type = uint32_t;
+  static __device__ __forceinline__ type load(const bf16* p) { return __bfloat16_as_ushort(__ldg(p)); }
+  static __device__ __forceinline__ type zero() { return 0u; }
+  static __device__ __forceinline__ void unpack(type w, float (&v)[1]) { v[0] = bf_lo(w); }
+};
+template <>
+struct Raw<float, 2> {
+  using type = float2;
+  static __device__ __forceinline__ type load(const float* p) { return __ldg(reinterpret_cast<const float2*>(p)); }
+  static __device__ __forceinline__ type zero() { return make_float2(0.f, 0.f); }
+  static __device__ __forceinline__ void unpack(type w, float (&v)[2]) { v[0] = w.x, v[1] = w.y; }
+};
+template <>
+struct Raw<float, 1> {
+  using type = float;
+  static __device__ __forceinline__ type load(const float* p) { return __ldg(p); }
+  static __device__ __forceinline__ type zero() { return 0.f; }
+  static __device__ __forceinline__ void unpack(type w, float (&v)[1]) { v[0] = w; }
+};
+
+// Tokens per tile: ~64 bytes of x and g_y in flight per thread, fewer for hc_pre (2 x 24 x KV fp32 registers already).
+template <typename T, class Kind>
+constexpr int dx_tile_tokens() {
+  return Kind::MP >= 16 ? (sizeof(T) == 4 ? 4 : 8) : 16;
+}
+
 template <typename T, class Kind, int KV>
-__global__ void __launch_bounds__(kDxThreads) mix_bwd_dx_dfn_kernel(const T* __restrict__ x, const T* __restrict__ gy,
-                                                                    const float* __restrict__ coef,
-                                                                    const float* __restrict__ fn, T* __restrict__ gx,
-                                                                    float* __restrict__ part, int64_t tokens, int K,
-                                                                    int D, int M, int64_t per_split) {
-  constexpr int MP = Kind::MP, CW = Kind::CW;
+__global__ void __launch_bounds__(kDxThreads, 3)
+    mix_bwd_dx_dfn_kernel(const T* __restrict__ x, const T* __restrict__ gy, const float* __restrict__ coef,
+                          const float* __restrict__ fn, T* __restrict__ gx, float* __restrict__ part, int64_t tokens,
+                          int K, int D, int M, int64_t per_split) {
+  constexpr int MP = Kind::MP, CW = Kind::CW, TT = dx_tile_tokens<T, Kind>();
+  constexpr int CV = TT * CW / 4;  // coefficient float4s per tile
+  static_assert(CV <= kDxThreads, "one coefficient float4 per thread per tile");
+  using R = Raw<T, KV>;
+  __shared__ __align__(16) float cs[2][TT * CW];
+
   const int k0 = (blockIdx.x * kDxThreads + threadIdx.x) * KV;
-  if (k0 >= K) return;
-  const int h = k0 / D, d0 = k0 - h * D;
+  const bool active = k0 < K;  // inactive threads still take part in the barriers
+  const int kk = active ? k0 : 0;
+  const int h = kk / D, d0 = kk - h * D;
   const int64_t tb = int64_t(blockIdx.y) * per_split;
   const int64_t te = tb + per_split < tokens ? tb + per_split : tokens;
+  const int tiles = te > tb ? int((te - tb + TT - 1) / TT) : 0;
+
   float f[MP][KV], acc[MP][KV];
 #pragma unroll
   for (int m = 0; m < MP; ++m)
 #pragma unroll
     for (int e = 0; e < KV; ++e) {
-      f[m][e] = m < M ? __ldg(fn + int64_t(m) * K + k0 + e) : 0.f;
+      f[m][e] = (active && m < M) ? __ldg(fn + int64_t(m) * K + kk + e) : 0.f;
       acc[m][e] = 0.f;
     }
-  for (int64_t t = tb; t < te; ++t) {
-    const float* cf = coef + t * CW;
-    float xv[KV], gv[KV], o[KV], cm[MP];
-    Vec<T, KV>::load(x + t * K + k0, xv);
-    Vec<T, KV>::load(gy + t * D + d0, gv);
+
+  typename R::type xr[TT], gr[TT], xn[TT], gn[TT];
+  float4 cn = make_float4(0.f, 0.f, 0.f, 0.f);
+  auto load_tile = [&](int i, typename R::type (&xo)[TT], typename R::type (&go)[TT]) {
+    const int64_t t0 = tb + int64_t(i) * TT;
 #pragma unroll
-    for (int m4 = 0; m4 < MP / 4; ++m4) {
-      const float4 q = __ldg(reinterpret_cast<const float4*>(cf) + m4);
-      cm[4 * m4] = q.x, cm[4 * m4 + 1] = q.y, cm[4 * m4 + 2] = q.z, cm[4 * m4 + 3] = q.w;
+    for (int u = 0; u < TT; ++u) {
+      const int64_t t = t0 + u;
+      const bool ok = active && t < te;
+      xo[u] = ok ? R::load(x + t * K + kk) : R::zero();
+      go[u] = ok ? R::load(gy + t * D + d0) : R::zero();
     }
-    const float c = __ldg(cf + MP), ph = __ldg(cf + MP + 1 + h);
-#pragma unroll
-    for (int e = 0; e < KV; ++e) {
-      float s = cm[0] * f[0][e];
-#pragma unroll
-      for (int m = 1; m < MP; ++m) s = fmaf(cm[m], f[m][e], s);
-      s = fmaf(-c, xv[e], s);
-      o[e] = fmaf(ph, gv[e], s);
-#pragma unroll
-      for (int m = 0; m < MP; ++m) acc[m][e] = fmaf(cm[m], xv[e], acc[m][e]);
+    if (threadIdx.x < CV) {
+      const int64_t t = t0 + threadIdx.x / (CW / 4);
+      cn = t < te ? __ldg(reinterpret_cast<const float4*>(coef + t * CW) + threadIdx.x % (CW / 4))
+                  : make_float4(0.f, 0.f, 0.f, 0.f);
     }
-    Vec<T, KV>::store(gx + t * K + k0, o);
+  };
+  auto store_coef = [&](int buf) {
+    if (threadIdx.x < CV) reinterpret_cast<float4*>(cs[buf])[threadIdx.x] = cn;
+  };
+
+  if (tiles > 0) {
+    load_tile(0, xr, gr);
+    store_coef(0);
   }
+  __syncthreads();
+  for (int i = 0; i < tiles; ++i) {
+    const int buf = i & 1;
+    if (i + 1 < tiles) load_tile(i + 1, xn, gn);
+    const int64_t t0 = tb + int64_t(i) * TT;
+#pragma unroll
+    for (int u = 0; u < TT; ++u) {
+      const int64_t t = t0 + u;
+      if (!active || t >= te) continue;
+      const float* cf = cs[buf] + u * CW;
+      float xv[KV], gv[KV], o[KV], cm[MP];
+      R::unpack(xr[u], xv);
+      R::unpack(gr[u], gv);
+#pragma unroll
+      for (int m4 = 0; m4 < MP / 4; ++m4) {
+        const float4 q = reinterpret_cast<const float4*>(cf)[m4];
+        cm[4 * m4] = q.x, cm[4 * m4 + 1] = q.y, cm[4 * m4 + 2] = q.z, cm[4 * m4 + 3] = q.w;
+      }
+      const float c = cf[MP], ph = cf[MP + 1 + h];
+#pragma unroll
+      for (int e = 0; e < KV; ++e) {
+        float s = cm[0] * f[0][e];
+#pragma unroll
+        for (int m = 1; m < MP; ++m) s = fmaf(cm[m], f[m][e], s);
+        s = fmaf(-c, xv[e], s);
+        o[e] = fmaf(ph, gv[e], s);
+#pragma unroll
+        for (int m = 0; m < MP; ++m) acc[m][e] = fmaf(cm[m], xv[e], acc[m][e]);
+      }
+      Vec<T, KV>::store(gx + t * K + kk, o);
+    }
+    if (i + 1 < tiles) {
+      store_coef(buf ^ 1);  // read last in tile i-1, before the barrier that ended it
+#pragma unroll
+      for (int u = 0; u < TT; ++u) xr[u] = xn[u], gr[u] = gn[u];
+    }
+    __syncthreads();
+  }
+  if (!active) return;
 #pragma unroll
   for (int m = 0; m < MP; ++m)
     if (m < M)
 #pragma unroll
-      for (int e = 0; e < KV; ++e) part[(int64_t(blockIdx.y) * M + m) * K + k0 + e] = acc[m][e];
+      for (int e = 0; e < KV; ++e) part[(int64_t(blockIdx.y) * M + m) * K + kk + e] = acc[m][e];
 }
 
 __global__ void __launch_bounds__(256) sum_splits_kernel(const float* __restrict__ part, float* __restrict__ out,
@@ -1132,26 +1229,43 @@ void launch_hc_post_bwd(Dtype dt, const void* grad_out, const void* x, const voi
   });
 }
 
-void launch_mix_fwd(MixKind kind, Dtype dt, const void* x, const float* fn, const float* base, const float* scale,
+int64_t mix_fnT_floats(MixKind kind, int hc, int64_t hidden) {
+  return int64_t(hc) * hidden * (kind == MixKind::pre ? PreKind::MP : HeadKind::MP);
+}
+
+void launch_mix_fn_transpose(MixKind kind, const float* fn, float* fnT, int hc, int64_t hidden, cudaStream_t stream) {
+  check_hc(hc);
+  const int64_t K = hc * hidden;
+  const int mp = kind == MixKind::pre ? PreKind::MP : HeadKind::MP;
+  if (K == 0) return;
+  const unsigned blocks = unsigned(std::min<int64_t>((K * mp + 255) / 256, 2048));
+  mix_fn_transpose_kernel<<<blocks, 256, 0, stream>>>(fn, fnT, mix_rows(kind, hc), mp, int(K));
+}
+
+void launch_mix_fwd(MixKind kind, Dtype dt, const void* x, const float* fnT, const float* base, const float* scale,
                     float* mixes, float* pre, float* post, float* comb, int64_t tokens, int hc, int64_t hidden,
                     MixConsts k, cudaStream_t stream) {
   check_hc(hc);
   if (tokens == 0) return;
-  const MixFwdArgs a{base,  scale, mixes, pre, post, comb, tokens, int(hc * hidden), hc, mix_rows(kind, hc),
+  const int K = int(hc * hidden);
+  const MixFwdArgs a{base, scale, mixes, pre, post, comb, tokens, K, hc, mix_rows(kind, hc),
                      k.hc_eps, k.rms_eps, k.post_mult, k.sinkhorn_iters};
-  const bool vl = vec_ok(hidden, {x, fn});
+  // 4-byte words of x straight into shared memory: needs every row to start on a word (bf16: K even).
+  const bool as = aligned(x, 4) && aligned(fnT, 16) && (dt == Dtype::fp32 || K % 2 == 0);
   const unsigned blocks = ceil_div(tokens, kTM);
   with_kind(kind, [&](auto kind_tag) {
     using Kind = decltype(kind_tag);
     with_dtype(dt, [&](auto tag) {
       using T = decltype(tag);
-      with_bool(vl, [&](auto v) {
-        auto kernel = mix_fwd_kernel<T, Kind, decltype(v)::value>;
+      // fp32 rows always start on a word: no element-wise instantiation for them.
+      with_bool(as || sizeof(T) == 4, [&](auto v) {
+        constexpr bool AS = decltype(v)::value || sizeof(T) == 4;
+        auto kernel = mix_fwd_kernel<T, Kind, AS>;
         constexpr size_t smem = mix_fwd_smem_bytes<T, Kind::MP>();
         // Above 48 KB a kernel must opt in; an error here is what the bridge's cudaGetLastError then reports.
         if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
           return;
-        kernel<<<blocks, kMixThreads, smem, stream>>>(static_cast<const T*>(x), fn, a);
+        kernel<<<blocks, kMixThreads, smem, stream>>>(static_cast<const T*>(x), fnT, a);
       });
     });
   });

@@ -48,10 +48,13 @@ void launch_hc_post_bwd(Dtype dt, const void* grad_out, const void* x, const voi
                         const float* comb, void* grad_x, void* grad_residual, float* grad_post, float* grad_comb,
                         int64_t tokens, int hc, int64_t hidden, cudaStream_t stream);
 
-// ---- hc_pre / hc_head forward --------------------------------------------------------------------------------------
+// ---- hc_pre / hc_head forward: fn_transpose -> mix_fwd -> collapse ------------------------------------------------
+// fnT [H*D, MP] = fn^T, zero-padded to the kind's register width MP (a workspace of mix_fnT_floats floats).
+int64_t mix_fnT_floats(MixKind kind, int hc, int64_t hidden);
+void launch_mix_fn_transpose(MixKind kind, const float* fn, float* fnT, int hc, int64_t hidden, cudaStream_t stream);
 // mixes = rms_norm(x) @ fn^T (fp32, no tensor cores), then the gates: pre (both kinds), post and comb (pre only;
 // pass nullptr for head).
-void launch_mix_fwd(MixKind kind, Dtype dt, const void* x, const float* fn, const float* base, const float* scale,
+void launch_mix_fwd(MixKind kind, Dtype dt, const void* x, const float* fnT, const float* base, const float* scale,
                     float* mixes, float* pre, float* post, float* comb, int64_t tokens, int hc, int64_t hidden,
                     MixConsts k, cudaStream_t stream);
 // y[t,:] = sum_h pre[t,h] x[t,h,:]  (fp32, one rounding): hc_pre's collapsed and hc_head's out.

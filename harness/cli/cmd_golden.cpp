@@ -1,0 +1,99 @@
+// parity golden verify [--regenerate]: every golden file against its manifest, and optionally a bitwise drift
+// check against a fresh run of the generator.
+#include "harness/cli/command.hpp"
+
+#include <parity/error.hpp>
+#include <parity/golden.hpp>
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <unistd.h>
+
+namespace parity::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string python_for_golden() {
+  if (const char* p = std::getenv("PARITY_PYTHON")) return p;
+  const char* home = std::getenv("PARITY_HOME");
+  const fs::path venv = home ? fs::path(home) / "venv/bin/python"
+                             : fs::path(std::getenv("HOME") ? std::getenv("HOME") : "/root") / ".cache/parity/venv/bin/python";
+  return fs::exists(venv) ? venv.string() : "python3";
+}
+
+// Regenerates every golden file into a scratch directory and compares each dataset bitwise with the committed
+// one: drift means the generator, torch or transformers changed the numbers.
+int golden_drift(const fs::path& golden_dir) {
+  const Manifest committed = read_manifest(golden_dir / "MANIFEST.json");
+  const fs::path scratch = fs::temp_directory_path() / fmt::format("parity-golden-{}", ::getpid());
+  const std::string cmd = fmt::format("'{}' '{}/golden/generate.py' --out '{}'", python_for_golden(), PARITY_SOURCE_DIR,
+                                      scratch.string());
+  std::cout << "regenerating: " << cmd << "\n";
+  if (std::system(cmd.c_str()) != 0) throw InputError("golden generator failed: " + cmd);
+  const Manifest fresh = read_manifest(scratch / "MANIFEST.json");
+  int drift = 0;
+  for (const auto& [rel, _] : committed.files) {
+    if (!fresh.files.count(rel)) {
+      std::cout << fmt::format("DRIFT {}: no longer generated\n", rel);
+      ++drift;
+      continue;
+    }
+    const GoldenFile a = load_verified(committed, rel), b = read_golden(scratch / rel);
+    for (const char* group : kGoldenGroups) {
+      for (const auto& [name, t] : a.group(group)) {
+        auto it = b.group(group).find(name);
+        if (it == b.group(group).end()) {
+          std::cout << fmt::format("DRIFT {} /{}/{}: missing in the regenerated file\n", rel, group, name);
+          ++drift;
+        } else if (t.sizes() != it->second.sizes() || t.scalar_type() != it->second.scalar_type() ||
+                   !bitwise_equal(t, it->second)) {
+          const bool same_shape = t.sizes() == it->second.sizes() && t.scalar_type() == it->second.scalar_type();
+          std::cout << fmt::format("DRIFT {} /{}/{}: {}\n", rel, group, name,
+                                   same_shape ? fmt::format("{} of {} elements differ", bitwise_diff_count(t, it->second), t.numel())
+                                              : describe(t) + " vs " + describe(it->second));
+          ++drift;
+        }
+      }
+    }
+  }
+  for (const auto& [rel, _] : fresh.files)
+    if (!committed.files.count(rel)) std::cout << fmt::format("NEW {}: generated but not committed\n", rel);
+  fs::remove_all(scratch);
+  std::cout << (drift ? fmt::format("golden: {} datasets drifted\n", drift) : "golden: regenerated bitwise identical\n");
+  return drift ? 1 : 0;
+}
+
+int verify(const Dirs& dirs, bool regenerate) {
+  for (const auto& dir : dirs.golden_dirs()) {
+    const Manifest m = read_manifest(dir / "MANIFEST.json");
+    for (const auto& [rel, e] : m.files) {
+      const GoldenFile g = load_verified(m, rel);
+      size_t n = 0;
+      for (const auto& [_, group] : g.groups) n += group.size();
+      std::cout << fmt::format("OK {}  sha256 {}  {} datasets\n", (dir / rel).string(), e.sha256.substr(0, 12), n);
+    }
+  }
+  return regenerate ? golden_drift(dirs.golden_dirs().front()) : 0;
+}
+
+}  // namespace
+
+Command add_golden(CLI::App& app) {
+  struct State {
+    Dirs dirs;
+    bool regenerate = false;
+  };
+  auto st = std::make_shared<State>();
+  CLI::App* golden = app.add_subcommand("golden", "golden data");
+  golden->require_subcommand(1);
+  CLI::App* sub = golden->add_subcommand("verify", "check every golden file against the manifest");
+  sub->add_flag("--regenerate", st->regenerate, "re-run golden/generate.py and report any bitwise drift");
+  st->dirs.add_to(sub);
+  return {golden, [st] { return verify(st->dirs, st->regenerate); }};
+}
+
+}  // namespace parity::cli
