@@ -151,7 +151,7 @@ void print_table(std::ostream& os, const std::vector<CaseResult>& results, bool 
         os << fmt::format("\nFAIL {}  {} {} vs {}  policy {}\n  {}\n{}", r.case_id, c.variant, c.tensor, c.against,
                           c.policy, c.result.summary, c.result.detail);
     for (const auto& g : r.guards)
-      if (!g.pass) os << fmt::format("\nFAIL {}  {} guard '{}'\n  {}\n", r.case_id, g.variant, g.name, g.message);
+      if (!g.pass) os << fmt::format("\nFAIL {}  {} guard '{}': {}\n", r.case_id, g.variant, g.name, g.message);
     if (r.status == Status::error) os << fmt::format("\nERROR {}\n  {}\n", r.case_id, r.error);
   }
 }

@@ -16,3 +16,25 @@ parity_cli_test(missing_golden 2 "golden 'hc/does_not_exist.h5' not found"
 parity_cli_test(unknown_case 2 "no case 'hc_post/nope'" run --case hc_post/nope)
 parity_cli_test(bad_flag 2 "bogus" run --bogus)
 parity_cli_test(golden_verify 0 "OK .*hc_post_tiny_fp32.h5" golden verify)
+
+# Planted faults: the controls pass; each fault fails (exit 1) with a message naming what broke.
+set(PLANTED --cases-dir ${DATA}/planted --no-color)
+parity_cli_test(planted_control_hf 0 "1 passed, 0 failed" run --case hc_post/planted_control_hf ${PLANTED})
+parity_cli_test(planted_control_v1 0 "1 passed, 0 failed" run --case hc_post/planted_control_v1 ${PLANTED})
+parity_cli_test(planted_ulp 1 "planted:ulp out vs ref:hf +policy bitwise" run --case hc_post/planted_ulp ${PLANTED})
+parity_cli_test(planted_nan 1 "planted:nan +FAIL +out vs ref:hf: 1 NaN mismatch" run --case hc_post/planted_nan ${PLANTED})
+parity_cli_test(planted_mutate_input 1 "planted:mutate_input guard 'forward: inputs unchanged': modified in place: 'comb' 1 of"
+  run --case hc_post/planted_mutate_input ${PLANTED})
+parity_cli_test(planted_unwritten 1 "guard 'forward: every output element written': never written .still poison.: 'out' 1 of"
+  run --case hc_post/planted_unwritten ${PLANTED})
+parity_cli_test(planted_nondeterministic 1 "guard 'forward: deterministic .two runs bitwise equal.': run-to-run: 'out' 1 of [0-9]+ elements differ"
+  run --case hc_post/planted_nondeterministic ${PLANTED})
+parity_cli_test(planted_comb_untransposed 1 "planted:comb_untransposed out vs ref:fp64 +policy naive_relative"
+  run --case hc_post/planted_comb_untransposed ${PLANTED})
+parity_cli_test(planted_extra_bf16_round 1 "planted:extra_bf16_round out vs ref:fp64 +policy ulp<=1"
+  run --case hc_post/planted_extra_bf16_round ${PLANTED})
+
+# A golden file changed after its manifest entry was written is refused (exit 2, naming file and hash).
+add_test(NAME cli/tampered_golden COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/tampered_golden.sh $<TARGET_FILE:parity>
+  ${CMAKE_SOURCE_DIR}/golden)
+set_tests_properties(cli/tampered_golden PROPERTIES LABELS cli)
