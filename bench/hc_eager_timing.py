@@ -87,7 +87,8 @@ def main():
     def post_fwd_bwd():
         torch.autograd.grad(hc_post(*leaves), leaves, gout)
 
-    rows.append(("hc_post fwd+bwd eager (HF)", bench(post_fwd_bwd), (T * D + 2 * T * H * D + 3 * T * H * D + 2 * T * D) * e))
+    fwd_bwd_bytes = (T * D + 2 * T * H * D + 3 * T * H * D + 2 * T * D) * e
+    rows.append(("hc_post fwd+bwd eager (HF)", bench(post_fwd_bwd), fwd_bwd_bytes))
     del x, res, post, comb, gout, leaves
     # hc_pre / hc_head
     xs = randn(T, H, D, dtype=bf)

@@ -44,21 +44,42 @@ at::Tensor sinkhorn(at::Tensor comb, const Constants& k) {
 
 }  // namespace
 
-TensorMap hc_pre_ref(const Constants& k, const TensorMap& in) {
-  const at::Tensor& x = in.at("x");
-  const int64_t h = k.hc;
+namespace {
+
+// The stages of hc_pre and hc_head: the normed projection, the gates, the collapse (Op::stages).
+at::Tensor mixes_ref(const Constants& k, const at::Tensor& x, const at::Tensor& fn) {
   at::Tensor flat = unweighted_rms_norm(at_least_fp32(x.flatten(-2)), k.rms_eps);
-  at::Tensor mixes = at::linear(flat, at_least_fp32(in.at("fn")));
+  return at::linear(flat, at_least_fp32(fn));
+}
+
+TensorMap pre_gates_ref(const Constants& k, const TensorMap& in) {
+  const at::Tensor& mixes = in.at("mixes");
+  const int64_t h = k.hc;
   auto w = mixes.split_with_sizes({h, h, h * h}, -1);
   auto b = in.at("base").split_with_sizes({h, h, h * h});
-  at::Tensor scale = in.at("scale");
+  const at::Tensor& scale = in.at("scale");
   at::Tensor pre = at::sigmoid(w[0] * scale[0] + b[0]) + k.hc_eps;
   at::Tensor post = k.post_mult * at::sigmoid(w[1] * scale[1] + b[1]);
   std::vector<int64_t> comb_shape(w[2].sizes().begin(), w[2].sizes().end() - 1);
   comb_shape.push_back(h);
   comb_shape.push_back(h);
   at::Tensor comb = sinkhorn(w[2].view(comb_shape) * scale[2] + b[2].view({h, h}), k);
-  return {{"mixes", mixes}, {"pre", pre}, {"post", post}, {"comb", comb}, {"collapsed", collapse(pre, x)}};
+  return {{"pre", pre}, {"post", post}, {"comb", comb}};
+}
+
+TensorMap head_gates_ref(const Constants& k, const TensorMap& in) {
+  return {{"pre", at::sigmoid(in.at("mixes") * at_least_fp32(in.at("scale")) + at_least_fp32(in.at("base"))) +
+                      k.hc_eps}};
+}
+
+}  // namespace
+
+TensorMap hc_pre_ref(const Constants& k, const TensorMap& in) {
+  TensorMap out{{"mixes", mixes_ref(k, in.at("x"), in.at("fn"))}};
+  TensorMap gates = pre_gates_ref(k, {{"mixes", out["mixes"]}, {"base", in.at("base")}, {"scale", in.at("scale")}});
+  out.insert(gates.begin(), gates.end());
+  out["collapsed"] = collapse(out["pre"], in.at("x"));
+  return out;
 }
 
 TensorMap hc_post_ref(const Constants& k, const TensorMap& in) {
@@ -70,11 +91,9 @@ TensorMap hc_post_ref(const Constants& k, const TensorMap& in) {
 }
 
 TensorMap hc_head_ref(const Constants& k, const TensorMap& in) {
-  const at::Tensor& x = in.at("x");
-  at::Tensor flat = unweighted_rms_norm(at_least_fp32(x.flatten(-2)), k.rms_eps);
-  at::Tensor mixes = at::linear(flat, at_least_fp32(in.at("fn")));
-  at::Tensor pre = at::sigmoid(mixes * at_least_fp32(in.at("scale")) + at_least_fp32(in.at("base"))) + k.hc_eps;
-  return {{"mixes", mixes}, {"pre", pre}, {"out", collapse(pre, x)}};
+  at::Tensor mixes = mixes_ref(k, in.at("x"), in.at("fn"));
+  at::Tensor pre = head_gates_ref(k, {{"mixes", mixes}, {"base", in.at("base")}, {"scale", in.at("scale")}}).at("pre");
+  return {{"mixes", mixes}, {"pre", pre}, {"out", collapse(pre, in.at("x"))}};
 }
 
 namespace {
@@ -135,6 +154,23 @@ Cost hc_head_cost(const OpContext& ctx, bool backward) {
   return {2 * t * hd * e + 2 * params + small + t * k.hidden * e, t * (4 * k.hc * hd + 8 * hd), 0};
 }
 
+// Stages shared by hc_pre and hc_head; `gates` is the op's own gate math, `collapsed` its collapse output name.
+std::vector<Stage> projection_stages(TensorMap (*gates)(const Constants&, const TensorMap&),
+                                     std::vector<std::string> gate_outputs, const std::string& collapsed) {
+  return {
+      {"mixes", {"x", "fn"}, {"mixes"},
+       [](const OpContext& ctx, const TensorMap& in) {
+         return TensorMap{{"mixes", mixes_ref(constants(ctx), in.at("x"), in.at("fn"))}};
+       }},
+      {"gates", {"mixes", "base", "scale"}, std::move(gate_outputs),
+       [gates](const OpContext& ctx, const TensorMap& in) { return gates(constants(ctx), in); }},
+      {"collapse", {"pre", "x"}, {collapsed},
+       [collapsed](const OpContext&, const TensorMap& in) {
+         return TensorMap{{collapsed, collapse(in.at("pre"), in.at("x"))}};
+       }},
+  };
+}
+
 Op make_op(std::string name, std::vector<std::string> inputs, std::vector<std::string> outputs,
            std::vector<std::string> grad_outputs, TensorMap (*ref)(const Constants&, const TensorMap&)) {
   Op op;
@@ -176,6 +212,7 @@ void register_hc_reference(Registry& reg) {
                                    {"collapsed", with({k.hidden}), in.at("x").scalar_type()}};
   };
   pre.cost = hc_pre_cost;
+  pre.stages = projection_stages(pre_gates_ref, {"pre", "post", "comb"}, "collapsed");
   reg.add(std::move(pre));
 
   Op post = make_op("hc_post", {"x", "residual", "post", "comb"}, {"out"}, {"out"}, hc_post_ref);
@@ -194,6 +231,7 @@ void register_hc_reference(Registry& reg) {
     return std::vector<TensorSpec>{{"out", r.sizes().vec(), r.scalar_type()}};
   };
   post.cost = hc_post_cost;
+  post.stages = {{"mix", post.inputs, {"out"}, post.reference}};
   reg.add(std::move(post));
 
   Op head = make_op("hc_head", {"x", "fn", "base", "scale"}, {"mixes", "pre", "out"}, {"out"}, hc_head_ref);
@@ -217,6 +255,7 @@ void register_hc_reference(Registry& reg) {
         {"mixes", with(k.hc), at::kFloat}, {"pre", with(k.hc), at::kFloat}, {"out", with(k.hidden), x.scalar_type()}};
   };
   head.cost = hc_head_cost;
+  head.stages = projection_stages(head_gates_ref, {"pre"}, "out");
   reg.add(std::move(head));
 }
 

@@ -11,7 +11,8 @@ venv=$PARITY_HOME/venv
 req=$here/golden/requirements.txt
 
 debs=(libhdf5-dev libcli11-dev libtomlplusplus-dev nlohmann-json3-dev
-      libgtest-dev libgmock-dev libbenchmark-dev cmake ninja-build g++ python3-venv ccache)
+      libgtest-dev libgmock-dev libbenchmark-dev cmake ninja-build g++ python3-venv ccache
+      chromium)  # chromium: tests/report/check_report.sh opens the HTML report in it
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,23 +1,44 @@
-// parity run: run cases, print the table, write JSON and HTML.
+// parity run: run cases, print the table, write JSON and HTML; with --perf, time each case's paths after its
+// parity checks.
 #include "harness/cli/command.hpp"
 
 #include <parity/report.hpp>
 #include <parity/results.hpp>
 #include <parity/runner.hpp>
+#include <parity/timing.hpp>
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <iostream>
 #include <unistd.h>
 
 namespace parity::cli {
+
+namespace {
+
+// Timing a case whose checks ran; a harness failure while timing makes the case an error, never a silent gap.
+void time_case(CaseResult& r, const Case& c, const Registry& reg, const RunOptions& opts, const TimingOptions& t) {
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    r.perf = run_perf(c, reg, opts, t);
+  } catch (const std::exception& e) {
+    r.status = Status::error;
+    r.error += (r.error.empty() ? "perf: " : "; perf: ") + std::string(e.what());
+  }
+  std::cerr << fmt::format("[perf] {} ({:.1f} s)\n", c.id,
+                           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+}  // namespace
 
 Command add_run(CLI::App& app) {
   struct State {
     Dirs dirs;
     std::string suite = "ci", json_path, html_path, variant;
     std::vector<std::string> ids;
-    bool cpu_only = false, no_color = false;
+    bool cpu_only = false, no_color = false, perf = false;
+    TimingOptions timing;
   };
   auto st = std::make_shared<State>();
   CLI::App* sub = app.add_subcommand("run", "run cases and compare fast paths with the reference and the golden");
@@ -28,6 +49,13 @@ Command add_run(CLI::App& app) {
   sub->add_option("--json", st->json_path, "write the results document here");
   sub->add_option("--html", st->html_path, "write the HTML report here");
   sub->add_flag("--no-color", st->no_color, "plain table");
+  sub->add_flag("--perf", st->perf, "after the checks, time eager and every variant (fwd and bwd) on this device");
+  sub->add_option("--perf-mode", st->timing.mode, "GPU timing: cold (L2 flushed per sample), hot, graph")
+      ->check(CLI::IsMember({"cold", "hot", "graph"}))
+      ->capture_default_str();
+  sub->add_option("--time-cap", st->timing.time_cap_s, "seconds of sampling per timed path, at most")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   st->dirs.add_to(sub);
   return {sub, [st] {
             const Registry& reg = Registry::global();
@@ -39,8 +67,10 @@ Command add_run(CLI::App& app) {
             std::vector<CaseResult> results;
             for (const auto& c : cases) {
               results.push_back(run_case(c, reg, opts));
-              std::cerr << fmt::format("[{}] {} ({:.1f} s)\n", status_name(results.back().status), c.id,
-                                       results.back().seconds);
+              CaseResult& r = results.back();
+              std::cerr << fmt::format("[{}] {} ({:.1f} s)\n", status_name(r.status), c.id, r.seconds);
+              if (st->perf && (r.status == Status::pass || r.status == Status::fail))
+                time_case(r, c, reg, opts, st->timing);
             }
             print_table(std::cout, results, !st->no_color && isatty(STDOUT_FILENO));
             const auto doc = results_document(results);

@@ -34,5 +34,12 @@ std::vector<Case> select_cases(const std::vector<Case>& all, const std::string& 
 Command add_list(CLI::App& app);
 Command add_run(CLI::App& app);
 Command add_golden(CLI::App& app);
+Command add_bisect(CLI::App& app);
+Command add_device(CLI::App& app);
+Command add_report(CLI::App& app);
+Command add_gate(CLI::App& app);
+Command add_baseline(CLI::App& app);
+Command add_compare(CLI::App& app);
+Command add_history(CLI::App& app);
 
 }  // namespace parity::cli

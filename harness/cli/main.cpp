@@ -9,7 +9,10 @@ int main(int argc, char** argv) {
   using namespace parity;
   CLI::App app{"parity: numerical parity and speed of LLM-training kernels against fp64 references and HF goldens"};
   app.require_subcommand(1);
-  const std::vector<cli::Command> commands = {cli::add_list(app), cli::add_run(app), cli::add_golden(app)};
+  const std::vector<cli::Command> commands = {cli::add_list(app), cli::add_run(app), cli::add_golden(app),
+                                               cli::add_report(app), cli::add_device(app),
+                                               cli::add_gate(app), cli::add_baseline(app), cli::add_compare(app),
+                                               cli::add_history(app), cli::add_bisect(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

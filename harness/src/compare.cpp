@@ -231,6 +231,33 @@ void measure_agreement(Metrics& m, const at::Tensor& a64, const at::Tensor& e64,
       norm_a > 0 && norm_e > 0 ? af.mul(ef).sum().item<double>() / (norm_a * norm_e) : (norm_a == norm_e ? 1.0 : 0.0);
 }
 
+// Max of `err` over `bins` near-equal blocks along `dim` (block i spans [i*n/bins, (i+1)*n/bins)).
+at::Tensor block_max(const at::Tensor& err, int64_t dim, int64_t bins) {
+  const int64_t n = err.size(dim);
+  std::vector<at::Tensor> blocks;
+  for (int64_t i = 0; i < bins; ++i)
+    blocks.push_back(err.slice(dim, i * n / bins, (i + 1) * n / bins).amax(dim, /*keepdim=*/true));
+  return at::cat(blocks, dim);
+}
+
+ErrorGrid error_grid(const at::Tensor& abs_err, const Classes& c) {
+  ErrorGrid g;
+  if (abs_err.numel() == 0) return g;
+  g.tensor_cols = abs_err.dim() == 0 ? 1 : abs_err.size(-1);
+  g.tensor_rows = abs_err.numel() / g.tensor_cols;
+  g.rows = std::min(g.tensor_rows, kErrorGridSide);
+  g.cols = std::min(g.tensor_cols, kErrorGridSide);
+  // abs_err is NaN wherever a NaN is involved and amax would spread it: a NaN or Inf mismatch becomes +Inf, a
+  // matching NaN no error.
+  const at::Tensor mismatch = c.nan_mismatch.logical_or(c.inf_mismatch);
+  const at::Tensor err = at::where(mismatch, std::numeric_limits<double>::infinity(),
+                                   at::where(c.comparable, abs_err, 0.0))
+                             .reshape({g.tensor_rows, g.tensor_cols});
+  const at::Tensor cells = block_max(block_max(err, 0, g.rows), 1, g.cols).cpu().contiguous();
+  g.cells.assign(cells.data_ptr<double>(), cells.data_ptr<double>() + cells.numel());
+  return g;
+}
+
 void require_same_shape(const at::Tensor& actual, const at::Tensor& expected) {
   if (actual.sizes() != expected.sizes()) {
     throw InputError(fmt::format("shape mismatch: got {} want {}", describe(actual), describe(expected)));
@@ -273,6 +300,7 @@ Metrics compare(const at::Tensor& actual, const at::Tensor& expected, const Comp
   measure_errors(m, abs_err, e64, c.comparable, finite_pair);
   measure_ulps(m, ulps, c, opts.allow_nan);
   measure_agreement(m, a64, e64, finite_pair);
+  m.error_grid = error_grid(abs_err, c);
 
   const at::Tensor listed = c.value_differs.logical_or(c.nan_mismatch);
   m.first = describe_mismatches(first_set(listed, opts.first_n), a64, e64, abs_err, ulps, c.any_nan);

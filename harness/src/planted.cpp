@@ -90,6 +90,21 @@ bool has_variant(const Registry& reg, const std::string& op, const std::string& 
   return false;
 }
 
+// A fault inside one stage of a multi-stage op, for stage bisection: hc_pre's gate stage rounds pre to bf16, and the
+// collapse consumes the rounded pre correctly, so only the gates stage is wrong on its own.
+void add_staged(Registry& reg) {
+  const Variant pre = reg.variant("hc_pre", "cpu:v1");  // a copy, see add_generic
+  const Forward bp = pre.forward;
+  reg.add(wrap(pre, "planted:pre_rounded", "hc_pre gates: pre rounded to bf16 (collapse then uses it correctly)",
+               [bp](const OpContext& c, const TensorMap& in, TensorMap& out) {
+                 bp(c, in, out);
+                 const at::Tensor rounded = out.at("pre").to(at::kBFloat16).to(at::kFloat);
+                 out.at("pre").copy_(rounded);
+                 const at::Tensor& x = in.at("x");
+                 out.at("collapsed").copy_((rounded.unsqueeze(-1) * x.to(at::kFloat)).sum(-2).to(x.scalar_type()));
+               }));
+}
+
 }  // namespace
 
 void register_planted(Registry& reg) {
@@ -100,6 +115,7 @@ void register_planted(Registry& reg) {
         break;
       }
   add_hc(reg);
+  add_staged(reg);
 }
 
 }  // namespace parity

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <torch/version.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 
@@ -62,6 +63,16 @@ nlohmann::json to_json(const Metrics& m) {
   for (const auto& mm : m.first)
     first.push_back({{"index", mm.index}, {"actual", mm.actual}, {"expected", mm.expected}, {"ulp", mm.ulp}});
   j["first_mismatches"] = first;
+  // JSON has no Inf: a cell holding a NaN or Inf mismatch is null. Three digits are all a heatmap shows, and
+  // keep the grids from dominating the document.
+  nlohmann::json cells = nlohmann::json::array();
+  for (const double v : m.error_grid.cells)
+    cells.push_back(std::isfinite(v) ? nlohmann::json(std::stod(fmt::format("{:.3g}", v))) : nlohmann::json());
+  j["heatmap"] = {{"rows", m.error_grid.rows},
+                  {"cols", m.error_grid.cols},
+                  {"tensor_rows", m.error_grid.tensor_rows},
+                  {"tensor_cols", m.error_grid.tensor_cols},
+                  {"cells", cells}};
   return j;
 }
 
@@ -82,6 +93,7 @@ nlohmann::json to_json(const CaseResult& r) {
   j["guards"] = nlohmann::json::array();
   for (const auto& g : r.guards)
     j["guards"].push_back({{"variant", g.variant}, {"guard", g.name}, {"pass", g.pass}, {"message", g.message}});
+  if (r.perf) j["perf"] = to_json(*r.perf);
   return j;
 }
 
@@ -98,6 +110,31 @@ void write_json(const nlohmann::json& doc, const std::filesystem::path& path) {
   out << doc.dump(1) << "\n";
   if (!out) throw std::runtime_error("cannot write " + path.string());
 }
+
+namespace {
+
+// One row per timed path: where it stands against eager and the device's copy ceiling.
+void print_perf(std::ostream& os, const CaseResult& r) {
+  const PerfResult& p = *r.perf;
+  os << fmt::format("\nperf {}  [{} on {}: copy {:.1f} GB/s, bf16 {:.1f} / fp32 {:.2f} TFLOP/s, measured {}]\n",
+                    r.case_id, p.entries.empty() ? "-" : p.entries.front().timing.mode, p.ceilings.device,
+                    p.ceilings.copy_gbps, p.ceilings.bf16_tflops, p.ceilings.fp32_tflops, p.ceilings.measured);
+  for (const auto& [k, v] : p.upstream) os << fmt::format("  upstream {}: {}\n", k, v);
+  os << fmt::format("  {:<9} {:<4} {:>10} {:>7} {:>9} {:>9} {:>9} {:>9}\n", "path", "dir", "median ms", "noise",
+                    "GB/s", "%copy BW", "vs eager", "peak MB");
+  for (const auto& e : p.entries) {
+    if (!e.error.empty()) {
+      os << fmt::format("  {:<9} {:<4} ERROR {}\n", e.path, e.direction, e.error);
+      continue;
+    }
+    const std::string speedup = e.speedup_vs_eager > 0 ? fmt::format("{:.2f}x", e.speedup_vs_eager) : "-";
+    const std::string peak = e.peak_extra_bytes >= 0 ? fmt::format("{:.1f}", e.peak_extra_bytes / 1048576.0) : "-";
+    os << fmt::format("  {:<9} {:<4} {:>10.4f} {:>6.1f}% {:>9.1f} {:>8.1f}% {:>9} {:>9}\n", e.path, e.direction,
+                      e.timing.median_ms, 100 * e.timing.rel_noise, e.achieved_gbps, e.pct_copy_bw, speedup, peak);
+  }
+}
+
+}  // namespace
 
 void print_table(std::ostream& os, const std::vector<CaseResult>& results, bool color) {
   auto paint = [&](Status s) {
@@ -145,6 +182,8 @@ void print_table(std::ostream& os, const std::vector<CaseResult>& results, bool 
       os << fmt::format("{:<34} {:<9} {:<6} {}\n", r.case_id, vid, paint(st), note);
     }
   }
+  for (const auto& r : results)
+    if (r.perf) print_perf(os, r);
   for (const auto& r : results) {
     for (const auto& c : r.checks)
       if (!c.result.pass)

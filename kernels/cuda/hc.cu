@@ -1,29 +1,44 @@
 /*
 Hyper-connection (mHC) kernels of DeepSeek-V4: hc_post, hc_pre, hc_head, forward and backward (math: references/hc.hpp).
 
-Kernels (each launched by exactly one launcher of hc.cuh):
-  hc_post_fwd<HF=0>      cuda:v1  out = post*x + comb^T residual: fp32 FMA chain, one rounding.      warp / token
-  hc_post_fwd<HF=1>      cuda:hf  rounds where HF rounds: bf16(post), bf16(comb), bf16(post*x),
-                                  bf16(fp32 sum_j c r), bf16(add).                                warp / token
-  hc_post_bwd                     grad_x, grad_residual (one rounding), grad_post, grad_comb (fp32 warp sums)
-  mix_fwd<Pre|Head>               x @ fn^T for a CTA tile of 128 tokens: fp32 FFMA from shared memory (no tensor
-                                  cores: HF computes mixes in true fp32), split-K over warps, sum of squares on the
-                                  way; then per token: rms scale, sigmoids, Sinkhorn (hc_pre)
-  collapse                        y = sum_h pre_h x_h in fp32, one rounding                         warp / token
-  mix_bwd_reduce                  per token: sum x^2 and g_pre_h = <g_y, x_h>                       warp / token
-  mix_bwd_token<Pre|Head>         per token: sigmoid / Sinkhorn backward -> coefficients of the
-                                  linear + rms-norm backward                                       thread / token
-  mix_bwd_dx_dfn                  grad_x = r g_mix @ fn - c x + pre_h g_y (one rounding) and per-split grad_fn
-                                  partials (r g_mix)^T x: each thread owns 1-2 columns of fn for the whole launch
-  sum_splits, colsum              fixed-order second reductions (grad_fn; grad_base, grad_scale)
+Kernels (each launched by exactly one launcher of hc.cuh); registers / shared memory for the bf16, 16-byte-vector,
+H = 4 instantiation (ptxas, sm_90a):
+  hc_post_fwd<HF=0>   cuda:v1  out = post*x + comb^T residual: fp32 FMA chain, one rounding.   warp/token   94 reg
+  hc_post_fwd<HF=1>   cuda:hf  rounds where HF rounds: bf16(post), bf16(comb), bf16(post*x),
+                               bf16(fp32 sum_j c r, j in order), bf16(add).                    warp/token  100 reg
+  hc_post_bwd                  grad_x, grad_residual (one rounding), grad_post, grad_comb
+                               (fp32 per-lane partials + butterfly).                           warp/token  128 reg*
+  mix_fn_transpose             fnT = fn^T zero-padded to the register width MP (24 pre, 4 head)             20 reg
+  mix_fwd<Pre|Head>            x @ fn^T for a CTA tile of 128 tokens: fp32 FFMA from shared memory (no
+                               tensor cores: HF computes mixes in true fp32), 3-stage cp.async pipeline,
+                               split-K over warps, sum of squares on the way; then per token: rms scale,
+                               sigmoids, Sinkhorn (hc_pre).                          163 / 72 reg, 102 / 54 KB dyn smem
+  collapse                     y = sum_h pre_h x_h in fp32, one rounding                       warp/token   44 reg
+  mix_bwd_reduce               per token: sum x^2 and g_pre_h = <g_y, x_h>                     warp/token   63 reg
+  mix_bwd_token<Pre|Head>      per token: sigmoid / Sinkhorn backward (forward recomputed, stages kept
+                               in a global workspace) -> coefficients of the linear+norm backward  thread/token 96 reg
+  mix_bwd_dx_dfn               grad_x = r g_mix @ fn - c x + pre_h g_y (one rounding) and per-split
+                               grad_fn partials (r g_mix)^T x; a thread owns 2 columns of fn
+                                                                                        168 / 160 reg, 2 KB smem
+  sum_splits, colsum           fixed-order second reductions (grad_fn; grad_base, grad_scale)
+  (* hc_post_bwd is capped at 128 registers and spills 28 bytes: faster, see the kernel.)
 
 Numerics: every sum is fp32 in a fixed order, with no atomics, so each launch is bitwise deterministic for a given
 device and shape. Streams are bf16 or fp32; H (hc) is a run-time value <= kMaxHc: register arrays are sized for
 kMaxHc and loops over them are unrolled with a run-time guard, so no array is indexed at run time.
+cuda:hf vs LibTorch: its bf16 matmul (cuBLAS) does not sum the H products of the mix in sequential fp32, so the
+output differs from the LibTorch CUDA composition in ~1 element per million by 1 bf16 ULP (H100, measured: 2 of
+1.2M, 5 of 4.2M, 22 of 33.5M elements). Probing cuBLAS on random inputs, "exact sum, then fp32 round-toward-zero"
+came closest (8-9 of 33-67M) but not exact, so cuda:hf keeps the contract's sequential fp32 sum.
 
-Speed (H100, T=16384, H=4, D=4096, bf16): hc_post and the warp-per-token kernels stream 16-byte vectors (8 elements
-per lane per stream); mix_fwd is FFMA-bound (24 x 16384 multiply-adds per token) and re-reading x for the collapse
-costs a second pass over the streams. See bench/hc_cuda_timing.cu.
+Speed, H100 80GB HBM3, T = 16384, H = 4, D = 4096, bf16 (bench/hc_cuda_timing.cu; copy = 2.99 TB/s read+write;
+percentages are one-pass bytes over time, against the copy rate):
+  hc_post fwd v1 0.425 ms (95%), hf 0.434 ms (93%), bwd 0.729 ms (87%)
+  hc_pre  fwd 0.712 ms (32%: mix_fwd 0.486 FFMA-bound, collapse 0.232 = 97%; x is read twice)
+  hc_pre  bwd 1.498 ms (27%: reduce 0.227 = 99%, token 0.108, dx_dfn 1.151, sums 0.020)
+  hc_head fwd 0.453 ms (50%), bwd 0.782 ms (52%: dx_dfn 0.539 = 75%)
+  PyTorch eager (HF composition, same run kind): hc_post fwd 6.13 ms, fwd+bwd 13.2; hc_pre fwd 5.40, fwd+bwd 18.2;
+  hc_head fwd 5.01, fwd+bwd 16.6.
 */
 #include "kernels/cuda/hc.cuh"
 
@@ -144,7 +159,7 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 constexpr int kWarpTokensPerBlock = 8;  // warp-per-token kernels: 256 threads, 8 tokens per CTA ...
-constexpr int kPostBwdTokensPerBlock = 4;  // ... except hc_post_bwd (~150 registers): 128 threads, 3 CTAs per SM
+constexpr int kPostBwdTokensPerBlock = 4;  // ... except hc_post_bwd: 128 threads, 4 CTAs per SM (see there)
 
 // -------------------------------------------------------------------------------------------------------------------
 // hc_post forward: out[t,k,:] = post_k x + sum_j comb[j,k] residual_j
@@ -218,8 +233,10 @@ __global__ void __launch_bounds__(256) hc_post_fwd_kernel(const T* __restrict__ 
 
 // One warp per token. The D-parallel grads (grad_x, grad_residual) are written as they are formed; the per-token
 // reductions (grad_post: H dots, grad_comb: H^2 dots over D) are fp32 per-lane partials, then a butterfly.
+// Register cap 128 (4 CTAs = 16 warps per SM): the bf16 V=8 path then spills 28 bytes, yet ran 0.729 ms against
+// 0.788 ms uncapped (167 registers, 12 warps per SM) on H100 at V4 dims: more loads in flight matter more.
 template <typename T, int V>
-__global__ void __launch_bounds__(32 * kPostBwdTokensPerBlock, 3)
+__global__ void __launch_bounds__(32 * kPostBwdTokensPerBlock, 4)
     hc_post_bwd_kernel(const T* __restrict__ g, const T* __restrict__ x, const T* __restrict__ res,
                        const float* __restrict__ post, const float* __restrict__ comb, T* __restrict__ gx,
                        T* __restrict__ gres, float* __restrict__ gpost, float* __restrict__ gcomb, int64_t tokens,
@@ -658,15 +675,19 @@ struct HeadKind : MixLayout<H4, 1> {
 //
 // The projection is a skinny GEMM (N = 24, K = 16384 at V4 dims). fn (1.5 MB) is re-read from L2 once per CTA
 // tile of kTM tokens, so the tile is large; K is cut into chunks of kKC staged through shared memory by a
-// kStages-deep cp.async pipeline (two chunks in flight while one is multiplied; no staging registers). fn is read
-// through fnT [K][MP] (transposed and zero-padded by mix_fn_transpose), so a chunk of it is one contiguous block.
+// kStages-deep pipeline of 16-byte cp.async (two chunks in flight while one is multiplied; no staging registers).
+// fn is read through fnT [K][MP] (transposed and zero-padded by mix_fn_transpose): a chunk of it is one block.
 // Threads: lane & 15 = token group tg (tokens tg + 16 i, i < 8), the two half-warps split the MP columns (NCG = 2)
-// or the chunk's words (NCG = 1), warps split the chunk's words: every thread keeps an 8 x RN accumulator tile and
-// the NKS partial tiles are summed in shared memory in a fixed order after the K loop.
-// x sits in shared memory as 32-bit words (2 bf16 / 1 fp32) with a row stride of W + 1 words, so the 16 rows a
-// half-warp reads at one word fall in 16 different banks (hence 4-byte copies); fnT rows are read as float4
-// broadcasts. The sum of squares for the rms scale rides along (r multiplies the dot products afterwards: a
-// per-token scalar, mathematically the reference's (x r) @ fn^T).
+// or are two k-splits (NCG = 1); k-split s owns WS consecutive words of every chunk. Every thread keeps an 8 x RN
+// accumulator tile; the NKS partial tiles are summed in shared memory in a fixed order after the K loop.
+// x sits in shared memory as 32-bit words (2 bf16 / 1 fp32), rows unpadded, each 16-byte group of a row stored at
+// group ^ (row & 7). A warp instruction reads one word of 8 rows per lane group; lanes tg >= 8 (and the second
+// k-split) walk their words in xor-permuted order (j ^ mask), so the groups differ in the word's low 2 bits and the
+// 32 lanes hit 32 banks. fnT rows are read as float4 broadcasts. The sum of squares for the rms scale rides along
+// (r multiplies the dot products afterwards: a per-token scalar, mathematically the reference's (x r) @ fn^T).
+// History (H100, V4 dims, hc_pre): register-staged double buffer with padded rows 0.602 ms; 4-byte cp.async into
+// padded rows 0.72 ms (H200; the copy instructions cost more than they hid); 16-byte cp.async + swizzle 0.486 ms.
+// The FFMA floor is ~0.22 ms; one CTA (8 warps) per SM at 163 registers leaves latency exposed.
 
 constexpr int kTM = 128, kKC = 64, kMixThreads = 256, kRM = 8, kStages = 3;
 
@@ -675,22 +696,27 @@ struct MixTile {
   static constexpr int NCG = MP >= 8 ? 2 : 1;             // column groups (half-warps)
   static constexpr int RN = MP / NCG;                     // columns per thread
   static constexpr int NKS = kMixThreads / (16 * NCG);   // partial tiles (k-splits)
-  static constexpr int KH = 2 / NCG;                      // k-subgroups inside a warp
   static_assert(RN % 4 == 0, "fn is read from shared memory as float4");
 };
 
 template <typename T>
 struct MixWords {
   static constexpr int EPW = 4 / int(sizeof(T));   // elements per 32-bit word
-  static constexpr int W = kKC / EPW;              // words per row per chunk
-  static constexpr int WPR = W + 1;                // padded row stride (words)
+  static constexpr int W = kKC / EPW;              // words per row per chunk (row stride in shared memory)
+  static constexpr int VE = 16 / int(sizeof(T));   // elements per 16-byte copy
 };
+
+// Word w of row `row` in the swizzled shared-memory tile.
+template <typename T>
+__device__ __forceinline__ int swz(int row, int w) {
+  return row * MixWords<T>::W + ((((w >> 2) ^ (row & 7)) << 2) | (w & 3));
+}
 
 template <typename T, int MP>
 constexpr size_t mix_fwd_smem_bytes() {
   using Wd = MixWords<T>;
   using Tl = MixTile<MP>;
-  const size_t stage = kStages * (size_t(kTM) * Wd::WPR * 4 + size_t(kKC) * MP * 4);
+  const size_t stage = kStages * (size_t(kTM) * Wd::W * 4 + size_t(kKC) * MP * 4);
   const size_t red = size_t(Tl::NKS) * kTM * (MP + 1) * 4;
   return stage > red ? stage : red;
 }
@@ -703,10 +729,6 @@ template <>
 __device__ __forceinline__ uint32_t elem_bits<bf16>(const bf16* p) { return __bfloat16_as_ushort(__ldg(p)); }
 
 // cp.async with a source size: 0 bytes read = the destination is zero-filled (tails of K and of the token tile).
-__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool full) {
-  const unsigned d = unsigned(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(full ? 4 : 0));
-}
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool full) {
   const unsigned d = unsigned(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(full ? 16 : 0));
@@ -727,8 +749,8 @@ __global__ void __launch_bounds__(256) mix_fn_transpose_kernel(const float* __re
   }
 }
 
-// AS: x rows can be copied as aligned 4-byte words (fp32, or bf16 with K even and a 4-byte aligned base);
-// otherwise (bf16 with odd K) x is loaded element by element, synchronously.
+// AS: x rows can be copied as aligned 16-byte vectors (K a multiple of 16 bytes, 16-byte aligned base); otherwise x
+// is loaded element by element, synchronously (odd shapes only).
 template <typename T, class Kind, bool AS>
 __global__ void __launch_bounds__(kMixThreads, 1) mix_fwd_kernel(const T* __restrict__ x, const float* __restrict__ fnT,
                                                                  MixFwdArgs a) {
@@ -737,13 +759,14 @@ __global__ void __launch_bounds__(kMixThreads, 1) mix_fwd_kernel(const T* __rest
   using Wd = MixWords<T>;
   constexpr int RN = Tl::RN;
   constexpr int XW = kTM * Wd::W;                         // x words per chunk
-  static_assert(XW % kMixThreads == 0, "x words split evenly");
+  static_assert(XW % (4 * kMixThreads) == 0, "x vectors split evenly");
   constexpr int FV = MP * kKC / 4;                        // fnT float4s per chunk
-  constexpr int J = Wd::W / (Tl::KH * 8);                 // words per thread per chunk
-  constexpr int XS = kTM * Wd::WPR, FS = kKC * MP;        // words / floats per stage
+  constexpr int WS = Wd::W / Tl::NKS;                     // words per k-split per chunk
+  static_assert(WS >= 2 && (WS & (WS - 1)) == 0, "k-split words: a power of two");
+  constexpr int XS = kTM * Wd::W, FS = kKC * MP;          // words / floats per stage
 
   extern __shared__ __align__(16) unsigned char smem[];
-  uint32_t* xs = reinterpret_cast<uint32_t*>(smem);                                   // [kStages][kTM][WPR]
+  uint32_t* xs = reinterpret_cast<uint32_t*>(smem);                                   // [kStages][kTM][W]
   float* fs = reinterpret_cast<float*>(smem + size_t(kStages) * XS * 4);              // [kStages][kKC][MP]
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -752,6 +775,9 @@ __global__ void __launch_bounds__(kMixThreads, 1) mix_fwd_kernel(const T* __rest
   const int tg = lane & 15;
   const int cg = Tl::NCG == 2 ? lane >> 4 : 0;
   const int kh = Tl::NCG == 1 ? lane >> 4 : 0;
+  const int ks = Tl::NCG == 2 ? warp : warp * 2 + kh;  // this thread's k-split
+  // Word order of this lane: j ^ mask. With WS = 2 (bf16 head) the two k-splits of a warp already differ in bit 1.
+  const int mask = WS >= 4 ? (tg >> 3) | (kh << 1) : (tg >> 3);
   const int chunks = (K + kKC - 1) / kKC;
 
   auto issue_chunk = [&](int chunk) {
@@ -760,15 +786,22 @@ __global__ void __launch_bounds__(kMixThreads, 1) mix_fwd_kernel(const T* __rest
     float* fb = fs + stage * FS;
     const int k0 = chunk * kKC;
     // Not unrolled: unrolled, the compiler keeps one 64-bit source pointer per copy live across the K loop.
+    if (AS) {
 #pragma unroll 1
-    for (int i = 0; i < XW / kMixThreads; ++i) {
-      const int v = tid + i * kMixThreads, row = v / Wd::W, col = v % Wd::W;  // a warp: 32 words of one row
-      const int64_t t = t0 + row;
-      const int k = k0 + col * Wd::EPW;
-      const bool tok = t < a.tokens;
-      if (AS) {
-        cp_async4(xb + row * Wd::WPR + col, tok && k < K ? x + t * K + k : x, tok && k < K);
-      } else {
+      for (int i = 0; i < XW / 4 / kMixThreads; ++i) {
+        const int v = tid + i * kMixThreads, row = v / (Wd::W / 4), g = v % (Wd::W / 4);  // 16-byte group g
+        const int64_t t = t0 + row;
+        const int k = k0 + g * Wd::VE;
+        const bool full = t < a.tokens && k < K;  // K % VE == 0: a group is wholly inside K or wholly outside
+        cp_async16(xb + swz<T>(row, 4 * g), full ? x + t * K + k : x, full);
+      }
+    } else {
+#pragma unroll 1
+      for (int i = 0; i < XW / kMixThreads; ++i) {
+        const int v = tid + i * kMixThreads, row = v / Wd::W, col = v % Wd::W;
+        const int64_t t = t0 + row;
+        const int k = k0 + col * Wd::EPW;
+        const bool tok = t < a.tokens;
         const T* src = x + t * K + k;
         uint32_t w = 0;
         if (Wd::EPW == 2) {
@@ -777,7 +810,7 @@ __global__ void __launch_bounds__(kMixThreads, 1) mix_fwd_kernel(const T* __rest
         } else if (tok && k < K) {
           w = elem_bits(src);
         }
-        xb[row * Wd::WPR + col] = w;
+        xb[swz<T>(row, col)] = w;
       }
     }
 #pragma unroll
@@ -811,13 +844,12 @@ __global__ void __launch_bounds__(kMixThreads, 1) mix_fwd_kernel(const T* __rest
     const uint32_t* xb = xs + (chunk % kStages) * XS;
     const float* fb = fs + (chunk % kStages) * FS;
 #pragma unroll
-    for (int j = 0; j < J; ++j) {
-      // Half-warps of one warp read words 16 apart (bank-disjoint); see the kernel comment.
-      const int q = Tl::KH == 2 ? (j & 1) + ((j >> 1) << 2) + 2 * kh : j;
-      const int w = warp + 8 * q;
+    for (int j = 0; j < WS; ++j) {
+      const int w = ks * WS + (j ^ mask);
+      const int col = (((w >> 2) ^ (tg & 7)) << 2) | (w & 3);  // swz(): rows tg + 16 i share row & 7 = tg & 7
       uint32_t xw[kRM];
 #pragma unroll
-      for (int i = 0; i < kRM; ++i) xw[i] = xb[(tg + 16 * i) * Wd::WPR + w];
+      for (int i = 0; i < kRM; ++i) xw[i] = xb[(tg + 16 * i) * Wd::W + col];
 #pragma unroll
       for (int e = 0; e < Wd::EPW; ++e) {
         const int k = w * Wd::EPW + e;
@@ -842,7 +874,6 @@ __global__ void __launch_bounds__(kMixThreads, 1) mix_fwd_kernel(const T* __rest
 
   // Partial tiles -> shared memory (the staging buffers are dead), summed per token over ks = 0..NKS-1 in order.
   float* red = reinterpret_cast<float*>(smem);  // [NKS][kTM][MP + 1]
-  const int ks = Tl::NCG == 2 ? warp : warp * 2 + kh;
 #pragma unroll
   for (int i = 0; i < kRM; ++i) {
     float* row = red + (size_t(ks) * kTM + tg + 16 * i) * (MP + 1);
@@ -958,7 +989,8 @@ __global__ void __launch_bounds__(128) mix_bwd_token_kernel(MixBwdTokenArgs a) {
 // registers while the tokens of its split stream past. Each thread's loads per token are only 2 x KV elements, so
 // tokens go in tiles of TT: the next tile's x / g_y (registers) and coefficient rows (one float4 per thread, then
 // shared memory, read back as broadcasts) are in flight while this tile is computed; without that the loop waits a
-// full memory latency per token (measured: 2.5 ms for hc_pre at V4 dims, against ~0.4 ms of traffic).
+// full memory latency per token. H100, hc_pre at V4 dims: 2.51 ms untiled, 1.15 ms tiled with one wave of CTAs (the
+// FFMA floor is ~0.45 ms: 2 x 24 multiply-adds per element; what remains is latency, see the report).
 constexpr int kDxThreads = 128;
 
 // KV stream elements as loaded (packed), unpacked to fp32 when used.
@@ -995,7 +1027,7 @@ struct Raw<float, 1> {
 
 // Tokens per tile: ~64 bytes of x and g_y in flight per thread, fewer for hc_pre (2 x 24 x KV fp32 registers already).
 template <typename T, class Kind>
-constexpr int dx_tile_tokens() {
+__host__ __device__ constexpr int dx_tile_tokens() {
   return Kind::MP >= 16 ? (sizeof(T) == 4 ? 4 : 8) : 16;
 }
 
@@ -1073,10 +1105,11 @@ __global__ void __launch_bounds__(kDxThreads, 3)
       const float c = cf[MP], ph = cf[MP + 1 + h];
 #pragma unroll
       for (int e = 0; e < KV; ++e) {
-        float s = cm[0] * f[0][e];
+        // Two interleaved partial sums over m halve the dependent FMA chain (it bounds the per-token latency).
+        float s0 = cm[0] * f[0][e], s1 = cm[1] * f[1][e];
 #pragma unroll
-        for (int m = 1; m < MP; ++m) s = fmaf(cm[m], f[m][e], s);
-        s = fmaf(-c, xv[e], s);
+        for (int m = 2; m < MP; m += 2) s0 = fmaf(cm[m], f[m][e], s0), s1 = fmaf(cm[m + 1], f[m + 1][e], s1);
+        const float s = fmaf(-c, xv[e], s0 + s1);
         o[e] = fmaf(ph, gv[e], s);
 #pragma unroll
         for (int m = 0; m < MP; ++m) acc[m][e] = fmaf(cm[m], xv[e], acc[m][e]);
@@ -1107,14 +1140,17 @@ __global__ void __launch_bounds__(256) sum_splits_kernel(const float* __restrict
   }
 }
 
-// One CTA per column: thread i sums rows i, i+256, ... in order, then a fixed shared-memory tree.
+// One CTA per column: thread i sums rows i, i+256, ... in order, then a fixed shared-memory tree. In fp64: these
+// are sums over every token of terms of both signs (grad_base, grad_scale), whose cancellation made fp32 partials
+// 5-30x less accurate than the naive composition at pack 16384 (measured on an H100); the column is tiny, so fp64 is
+// free here.
 __global__ void __launch_bounds__(256) colsum_kernel(const float* __restrict__ in, int64_t rows, int ld,
                                                      float* __restrict__ out_lo, int n_lo, int hi_col,
                                                      float* __restrict__ out_hi) {
-  __shared__ float sh[256];
+  __shared__ double sh[256];
   const int col_index = blockIdx.x;  // [0, n_lo): column col_index -> out_lo; then hi_col + (col_index - n_lo)
   const int col = col_index < n_lo ? col_index : hi_col + (col_index - n_lo);
-  float s = 0.f;
+  double s = 0.0;
   for (int64_t r = threadIdx.x; r < rows; r += 256) s += in[r * ld + col];
   sh[threadIdx.x] = s;
   __syncthreads();
@@ -1123,8 +1159,8 @@ __global__ void __launch_bounds__(256) colsum_kernel(const float* __restrict__ i
     __syncthreads();
   }
   if (threadIdx.x == 0) {
-    if (col_index < n_lo) out_lo[col_index] = sh[0];
-    else out_hi[col_index - n_lo] = sh[0];
+    if (col_index < n_lo) out_lo[col_index] = float(sh[0]);
+    else out_hi[col_index - n_lo] = float(sh[0]);
   }
 }
 
@@ -1186,8 +1222,9 @@ int64_t sinkhorn_hist_floats(int64_t tokens, int hc, int iters) {
 int mix_bwd_splits(int64_t tokens, int hc, int64_t hidden, int sm_count) {
   const int64_t k = int64_t(hc) * hidden;
   const int64_t kblocks = std::max<int64_t>(1, (k + 2 * kDxThreads - 1) / (2 * kDxThreads));
-  // ~3 resident CTAs per SM; a split of fewer than 32 tokens is not worth its partial row.
-  int64_t splits = (3 * int64_t(std::max(sm_count, 1)) + kblocks - 1) / kblocks;
+  // One wave of ~3 resident CTAs per SM (rounding up made a second, nearly empty wave: ~2x the time at V4 dims); a
+  // split of fewer than 32 tokens is not worth its partial row.
+  int64_t splits = 3 * int64_t(std::max(sm_count, 1)) / kblocks;
   splits = std::min<int64_t>(splits, std::max<int64_t>(1, tokens / 32));
   return int(std::clamp<int64_t>(splits, 1, 64));
 }
@@ -1250,17 +1287,15 @@ void launch_mix_fwd(MixKind kind, Dtype dt, const void* x, const float* fnT, con
   const int K = int(hc * hidden);
   const MixFwdArgs a{base, scale, mixes, pre, post, comb, tokens, K, hc, mix_rows(kind, hc),
                      k.hc_eps, k.rms_eps, k.post_mult, k.sinkhorn_iters};
-  // 4-byte words of x straight into shared memory: needs every row to start on a word (bf16: K even).
-  const bool as = aligned(x, 4) && aligned(fnT, 16) && (dt == Dtype::fp32 || K % 2 == 0);
+  // 16-byte copies of x straight into shared memory: every row must start on 16 bytes (K % 8 == 0 serves both).
+  const bool as = aligned(x, 16) && aligned(fnT, 16) && K % 8 == 0;
   const unsigned blocks = ceil_div(tokens, kTM);
   with_kind(kind, [&](auto kind_tag) {
     using Kind = decltype(kind_tag);
     with_dtype(dt, [&](auto tag) {
       using T = decltype(tag);
-      // fp32 rows always start on a word: no element-wise instantiation for them.
-      with_bool(as || sizeof(T) == 4, [&](auto v) {
-        constexpr bool AS = decltype(v)::value || sizeof(T) == 4;
-        auto kernel = mix_fwd_kernel<T, Kind, AS>;
+      with_bool(as, [&](auto v) {
+        auto kernel = mix_fwd_kernel<T, Kind, decltype(v)::value>;
         constexpr size_t smem = mix_fwd_smem_bytes<T, Kind::MP>();
         // Above 48 KB a kernel must opt in; an error here is what the bridge's cudaGetLastError then reports.
         if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)

@@ -305,5 +305,37 @@ TEST(Compare, EmptyTensors) {
   EXPECT_TRUE(m.worst_abs_index.empty());
 }
 
+// The heatmap grid: one planted error lands in the one cell whose block holds it, at its value.
+TEST(Compare, ErrorGridPutsAnErrorInItsCell) {
+  const at::Tensor expected = at::zeros({2, 32, 40}, at::kDouble);
+  at::Tensor actual = expected.clone();
+  actual[1][18][37] = 0.25;  // row 1 * 32 + 18 = 50 of the [64, 40] view
+  const ErrorGrid g = compare(actual, expected).error_grid;
+  EXPECT_EQ(g.tensor_rows, 64);
+  EXPECT_EQ(g.tensor_cols, 40);
+  ASSERT_EQ(g.rows, kErrorGridSide);
+  ASSERT_EQ(g.cols, kErrorGridSide);
+  ASSERT_EQ(g.cells.size(), size_t(g.rows * g.cols));
+  // Blocks span [i*n/bins, (i+1)*n/bins): row 50 of 64 is in block 25, column 37 of 40 in block 30 ([37, 38)).
+  for (int64_t r = 0; r < g.rows; ++r)
+    for (int64_t c = 0; c < g.cols; ++c) EXPECT_EQ(g.cells[r * g.cols + c], r == 25 && c == 30 ? 0.25 : 0.0) << r << "," << c;
+}
+
+TEST(Compare, ErrorGridKeepsSmallTensorsElementwiseAndMarksNonFinite) {
+  const at::Tensor expected = at::zeros({2, 3}, at::kFloat);
+  const at::Tensor actual = vec({0, 0.5, 0, kNaN, 0, kInf}, at::kFloat).reshape({2, 3});
+  const ErrorGrid g = compare(actual, expected).error_grid;
+  EXPECT_EQ(g.rows, 2);
+  EXPECT_EQ(g.cols, 3);
+  EXPECT_EQ(g.cells, (std::vector<double>{0, 0.5, 0, kInf, 0, kInf}));
+
+  const ErrorGrid allowed = compare(vec({kNaN}, at::kFloat), vec({kNaN}, at::kFloat), {.allow_nan = true}).error_grid;
+  EXPECT_EQ(allowed.cells, std::vector<double>{0.0});
+  const ErrorGrid scalar = compare(at::scalar_tensor(1.5), at::scalar_tensor(1.0)).error_grid;
+  EXPECT_EQ(scalar.rows * scalar.cols, 1);
+  EXPECT_EQ(scalar.cells, std::vector<double>{0.5});
+  EXPECT_TRUE(compare(at::zeros({0, 4}), at::zeros({0, 4})).error_grid.cells.empty());
+}
+
 }  // namespace
 }  // namespace parity

@@ -1,11 +1,15 @@
 // The CUDA hyper-connection paths (kernels/cuda/hc.{cu,cpp}) against the references (references/hc.cpp), on the GPU.
 //
-// Every test skips ("no CUDA device") where no GPU is usable. For each cuda variant, stream dtype and shape:
+// Every test skips ("no CUDA device") where no GPU is usable, and in builds without the CUDA kernels
+// (PARITY_CUDA=OFF). For each cuda variant, stream dtype and shape:
 //   * cuda:v1 forward and backward against the reference fed fp32 inputs (autograd backward, random upstream grads)
 //     under the one-rounding bound: |got - want| <= half an ULP of the output's dtype + kRtol * max|want|;
 //   * and against the naive low-precision composition (the same reference fed the native inputs, the HF rounding):
 //     max|got - want| <= kNaiveK * max|naive - want| + kRtol * max|want| (the naive_relative rule);
-//   * cuda:hf on bf16 streams: forward BITWISE equal to the reference fed bf16 on the GPU (LibTorch CUDA ops);
+//   * cuda:hf on bf16 streams: forward BITWISE equal to its contract written in LibTorch ops (HF's roundings, the
+//     mix summed over j in order in fp32), and against the reference fed bf16 on the GPU (LibTorch CUDA ops, whose
+//     bf16 matmul sums the H products its own way in cuBLAS): at most 1 bf16 ULP apart, in a few elements per
+//     million (measured on H100: 2 of 1.2M, 5 of 4.2M, 22 of 33.5M), the count printed;
 //   * inputs untouched, every output element written (outputs start as NaN), bitwise equal run to run.
 // The measured errors are printed ([hc-cuda] lines) so that a GPU log records them.
 #include "references/hc.hpp"
@@ -20,6 +24,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,10 +68,22 @@ const Registry& registry() {
   static const Registry reg = [] {
     Registry r;
     register_hc_reference(r);
+#ifdef PARITY_WITH_CUDA
     register_hc_cuda(r);
+#endif
     return r;
   }();
   return reg;
+}
+
+// Why a test cannot run here, if it cannot.
+std::optional<std::string> skip_reason() {
+#ifndef PARITY_WITH_CUDA
+  return "built without the CUDA kernels (PARITY_CUDA=OFF)";
+#else
+  if (!cuda_available()) return "no CUDA device";
+  return std::nullopt;
+#endif
 }
 
 at::Device gpu() { return at::Device(at::kCUDA, 0); }
@@ -200,6 +217,41 @@ double max_abs(const at::Tensor& a) { return a.numel() == 0 ? 0 : a.to(at::kDoub
   return ::testing::AssertionSuccess();
 }
 
+// cuda:hf's contract in LibTorch ops (bf16 streams): HF's roundings, with the mix summed over j = 0..H-1 in fp32 in
+// order (bf16 x bf16 products are exact in fp32, so only the order of the sums matters).
+at::Tensor hc_post_hf_sequential(const Constants& k, const TensorMap& in) {
+  const at::Tensor& r = in.at("residual");
+  const at::ScalarType dt = r.scalar_type();
+  const at::Tensor x = in.at("x").reshape({-1, k.hidden}).to(at::kFloat);
+  const at::Tensor res = r.reshape({-1, k.hc, k.hidden}).to(at::kFloat);
+  const at::Tensor p = in.at("post").to(dt).reshape({-1, k.hc}).to(at::kFloat);
+  const at::Tensor c = in.at("comb").to(dt).reshape({-1, k.hc, k.hc}).to(at::kFloat);
+  const at::Tensor a = (p.unsqueeze(-1) * x.unsqueeze(-2)).to(dt);  // bf16(post * x)            [T, H, D]
+  at::Tensor m = c.select(1, 0).unsqueeze(-1) * res.select(1, 0).unsqueeze(-2);  // comb[t,0,k] residual[t,0,:]
+  for (int64_t j = 1; j < k.hc; ++j) m = m + c.select(1, j).unsqueeze(-1) * res.select(1, j).unsqueeze(-2);
+  return (a.to(at::kFloat) + m.to(dt).to(at::kFloat)).to(dt).view(r.sizes());
+}
+
+// Against the LibTorch CUDA composition: every differing element within 1 bf16 ULP, and rare.
+::testing::AssertionResult within_one_ulp_rarely(const std::string& what, const at::Tensor& got,
+                                                 const at::Tensor& want) {
+  const int64_t n = bitwise_diff_count(got, want);
+  const at::Tensor a = got.to(at::kDouble).cpu().flatten(), e = want.to(at::kDouble).cpu().flatten();
+  const double* pa = a.data_ptr<double>();
+  const double* pe = e.data_ptr<double>();
+  int64_t above = 0;
+  for (int64_t i = 0; i < a.numel(); ++i)
+    if (!(std::abs(pa[i] - pe[i]) <= 2 * half_ulp(std::max(std::abs(pa[i]), std::abs(pe[i])), at::kBFloat16))) ++above;
+  const int64_t allowed = 2 + got.numel() / 100000;
+  std::printf("[hc-cuda] %-58s differs from the LibTorch CUDA composition in %lld / %lld (%lld above 1 ULP)\n",
+              what.c_str(), static_cast<long long>(n), static_cast<long long>(got.numel()),
+              static_cast<long long>(above));
+  if (above == 0 && n <= allowed) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": " << n << " / " << got.numel()
+                                       << " elements differ from the LibTorch composition (" << allowed
+                                       << " allowed), " << above << " of them by more than 1 bf16 ULP";
+}
+
 ::testing::AssertionResult bitwise(const std::string& what, const at::Tensor& got, const at::Tensor& want) {
   if (got.sizes() != want.sizes() || got.scalar_type() != want.scalar_type())
     return ::testing::AssertionFailure() << what << ": " << describe(got) << " vs " << describe(want);
@@ -242,7 +294,7 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 class CudaVariant : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
-    if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+    if (const auto why = skip_reason()) GTEST_SKIP() << *why;
   }
   const Case& c() const { return GetParam(); }
   const Op& op() const { return registry().op(c().op); }
@@ -267,12 +319,9 @@ TEST_P(CudaVariant, ForwardMatchesReference) {
   const Expected naive = run_reference(op(), ctx, in, grad_out, false);
   if (hf_rounding()) {
     const at::Tensor& got = out.at("out");
-    const at::Tensor& want = naive.out.at("out");
-    const int64_t n = bitwise_diff_count(got, want);
-    const double ulp_max = max_abs_diff(got, want);
-    std::printf("[hc-cuda] %-58s differs bitwise from the LibTorch CUDA bf16 composition in %lld / %lld (max |d| %.3e)\n",
-                label("out").c_str(), static_cast<long long>(n), static_cast<long long>(got.numel()), ulp_max);
-    EXPECT_TRUE(bitwise("out (cuda:hf vs the reference fed bf16)", got, want));
+    const at::Tensor contract = hc_post_hf_sequential(constants(ctx), in);
+    EXPECT_TRUE(bitwise("out (cuda:hf vs its contract in LibTorch ops)", got, contract));
+    EXPECT_TRUE(within_one_ulp_rarely(label("out"), got, naive.out.at("out")));
     return;
   }
   const Expected want = run_reference(op(), ctx, in, grad_out, true);
@@ -314,27 +363,26 @@ TEST_P(CudaVariant, Deterministic) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Hc, CudaVariant, ::testing::ValuesIn(cases()), case_name);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(CudaVariant);  // no cuda variants in a PARITY_CUDA=OFF build
 
 // ---------------------------------------------------------------------------------------------------------------
-// cuda:hf at V4 width, several tiles of tokens: bitwise with the LibTorch CUDA bf16 composition; backward = v1's
+// cuda:hf at V4 width: bitwise with its contract, within 1 ULP of the LibTorch CUDA composition; backward = v1's
 // ---------------------------------------------------------------------------------------------------------------
 
-TEST(HcPostCudaHf, BitwiseWithLibTorchAtV4Width) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+TEST(HcPostCudaHf, BitwiseWithItsContractAtV4Width) {
+  if (const auto why = skip_reason()) GTEST_SKIP() << *why;
   const Shape s{4, 2048, 4096, {}, "V4 width"};
   const Op& op = registry().op("hc_post");
   const OpContext ctx = context(s, at::kBFloat16);
   const TensorMap in = make_inputs(op, ctx, s, kSeed + 7);
-  const TensorMap out = run_forward(op, registry().variant("hc_post", "cuda:hf"), ctx, in);
-  const at::Tensor want = hc_post_ref(constants(ctx), in).at("out");
-  const int64_t n = bitwise_diff_count(out.at("out"), want);
-  std::printf("[hc-cuda] hc_post cuda:hf bf16 h4 t2048 d4096: %lld / %lld elements differ bitwise from LibTorch\n",
-              static_cast<long long>(n), static_cast<long long>(want.numel()));
-  EXPECT_EQ(n, 0);
+  const at::Tensor got = run_forward(op, registry().variant("hc_post", "cuda:hf"), ctx, in).at("out");
+  EXPECT_TRUE(bitwise("out (cuda:hf vs its contract in LibTorch ops)", got, hc_post_hf_sequential(constants(ctx), in)));
+  EXPECT_TRUE(within_one_ulp_rarely("hc_post cuda:hf bf16 h4 t2048 d4096 out", got,
+                                    hc_post_ref(constants(ctx), in).at("out")));
 }
 
 TEST(HcPostCudaHf, BackwardIsV1) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (const auto why = skip_reason()) GTEST_SKIP() << *why;
   const Shape s = shapes()[5];
   const Op& op = registry().op("hc_post");
   const OpContext ctx = context(s, at::kBFloat16);
@@ -352,7 +400,7 @@ TEST(HcPostCudaHf, BackwardIsV1) {
 // ---------------------------------------------------------------------------------------------------------------
 
 TEST(HcCudaInputs, Fp16StreamsAreRejectedByName) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (const auto why = skip_reason()) GTEST_SKIP() << *why;
   const Shape s = shapes()[1];
   for (const std::string& name : registry().op_names())
     for (const Variant* v : registry().variants(name)) {
@@ -372,7 +420,7 @@ TEST(HcCudaInputs, Fp16StreamsAreRejectedByName) {
 }
 
 TEST(HcCudaInputs, CpuTensorsAndWideHcAreRejected) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (const auto why = skip_reason()) GTEST_SKIP() << *why;
   const Op& op = registry().op("hc_post");
   const Variant& v = registry().variant("hc_post", "cuda:v1");
   {

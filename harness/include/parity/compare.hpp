@@ -30,6 +30,16 @@ struct Mismatch {
 inline constexpr int kUlpBuckets = 12;
 std::string ulp_bucket_label(int bucket);
 
+// Where in a tensor the error sits, for the report's heatmap: the tensor viewed as [rows, last dim] (rows = the
+// product of the leading dims) cut into at most kErrorGridSide x kErrorGridSide cells of near-equal size, each
+// holding the max |actual - expected| of its elements; a cell holding a NaN or Inf mismatch is +Inf.
+inline constexpr int64_t kErrorGridSide = 32;
+struct ErrorGrid {
+  int64_t rows = 0, cols = 0;                // cells
+  int64_t tensor_rows = 0, tensor_cols = 0;  // the 2-D view the cells cover
+  std::vector<double> cells;                 // row-major, rows * cols
+};
+
 struct Metrics {
   std::string dtype;  // dtype in which ULPs were counted (the expected tensor's dtype after alignment)
   int64_t numel = 0;
@@ -48,6 +58,7 @@ struct Metrics {
   std::vector<int64_t> worst_abs_index, worst_rel_index, worst_ulp_index;
   double max_abs_expected_value = 0;  // max |e| over finite elements (the reference's magnitude)
   std::vector<Mismatch> first;        // first N elements that differ
+  ErrorGrid error_grid;
 };
 
 struct CompareOptions {

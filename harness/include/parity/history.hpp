@@ -2,10 +2,14 @@
 //
 // Store: reports/history/<op>.jsonl, one JSON object per line, appended, never rewritten (diff-friendly):
 //   {"schema": "parity.history/1", "case", "path", "direction", "device", "driver", "commit", "build_type",
-//    "source_hash" (sha256 of the path's source files), "date", "timing": {median_ms, q1_ms, q3_ms, min_ms, n,
-//    rel_noise, sm_clock_mhz, dropped_throttled, samples_ms}, "numerics": {"<tensor> vs <against>": {max_ulp,
+//    "source_hash" (sha256 of the path's source files), "date", "timing": {mode, median_ms, q1_ms, q3_ms, min_ms,
+//    n, rel_noise, sm_clock_mhz, dropped_throttled, samples_ms}, "numerics": {"<tensor> vs <against>": {max_ulp,
 //    max_abs, mean_abs}}}
-// A record's key is (case, path, direction); device, driver, build_type and source_hash decide comparability.
+// ("timing" only for a timed path, "numerics" only where checks ran; the file is named by the op of the case id
+// "<op>/<name>".) A record's key is (case, path, direction). Device, driver, build type, timing mode and SM clock
+// decide whether two timings are comparable. The source hash does not: a kernel edit is exactly what the history
+// must judge, so a changed hash only attributes the movement to the path's own code (asv's "x" is about the
+// benchmark's definition, which here is the case, fixed by its key).
 #pragma once
 #include <nlohmann/json.hpp>
 
@@ -25,6 +29,7 @@ struct NumericRecord {
 struct HistoryRecord {
   std::string case_id, path, direction;  // the key
   std::string device, driver, commit, build_type, source_hash, date;
+  std::string mode;  // timing mode: "cold", "hot", "graph", "cpu"
   double median_ms = 0, q1_ms = 0, q3_ms = 0, min_ms = 0, rel_noise = 0, sm_clock_mhz = 0;
   int n = 0, dropped_throttled = 0;
   std::vector<double> samples_ms;
@@ -35,10 +40,19 @@ struct HistoryRecord {
 nlohmann::json to_json(const HistoryRecord& r);
 HistoryRecord history_record_from_json(const nlohmann::json& j, const std::string& where);  // InputError naming where
 
-// Records of a results document (those with perf and/or numerics), stamped with its environment.
+// Records of a results document (those with perf and/or numerics), stamped with its environment: device and
+// driver from the case's perf ceilings (the device the paths were timed on), else from the environment's GPU.
+// The source hash is of the sources in this checkout (PARITY_SOURCE_DIR): convert in the checkout that ran.
 std::vector<HistoryRecord> records_from_results(const nlohmann::json& results_doc);
-void append_history(const std::filesystem::path& dir, const std::vector<HistoryRecord>& records);
-std::vector<HistoryRecord> load_history(const std::filesystem::path& dir);  // every file, in append order
+// sha256 over the files of a path, by convention: "cpu:*" kernels/cpu/<family>.cpp, "cuda:*" kernels/cuda/
+// <family>.cu and .cpp, "eager" and "ref:*" references/<family>.cpp, "planted:*" harness/src/planted.cpp and
+// kernels/cpu/<family>.cpp. A missing file hashes as absent, so creating or deleting one changes the hash.
+std::string source_hash(const std::string& path, const std::string& family,
+                        const std::filesystem::path& source_dir = PARITY_SOURCE_DIR);
+void append_history(const std::filesystem::path& dir, const std::vector<HistoryRecord>& records);  // <dir>/<op>.jsonl
+// Every *.jsonl of `dir` (by name), each in append order. InputError for a missing directory or a bad line
+// ("<file>:<line>: ...").
+std::vector<HistoryRecord> load_history(const std::filesystem::path& dir);
 
 enum class Verdict { faster, slower, same, ambiguous, not_comparable };
 std::string verdict_name(Verdict v);  // "FASTER", "SLOWER", "SAME", "AMBIGUOUS", "NOT-COMPARABLE"
@@ -57,15 +71,27 @@ struct PerfVerdict {
   std::string next;    // what to do next for AMBIGUOUS / NOT-COMPARABLE
 };
 
-// SLOWER/FASTER only when [q1,q3] intervals are apart by more than threshold AND the U test agrees (p < alpha);
-// AMBIGUOUS when evidence is insufficient (too few samples, overlap, throttled samples); NOT-COMPARABLE when
-// device, driver, build type, clock (>5% apart) or source hash differ.
+// Why two timings cannot be compared (device, driver, build type or timing mode changed, SM clocks more than 5%
+// apart where both are known); empty when they can.
+std::string incomparability(const HistoryRecord& baseline, const HistoryRecord& candidate);
+
+// Starts at AMBIGUOUS and upgrades only on evidence (nvbench-robust), in this order:
+//   NOT-COMPARABLE  incomparability() says why
+//   AMBIGUOUS       either side under min_samples, or more than 10% of its samples dropped as throttled
+//   SAME            [q1,q3] intervals overlap and the medians are within threshold
+//   AMBIGUOUS       intervals overlap but the medians are not within threshold (too noisy), or the intervals are
+//                   apart by no more than threshold (a real shift too small to act on), or the U test does not
+//                   reach p < alpha
+//   SLOWER/FASTER   intervals apart by more than threshold of the baseline median AND p < alpha
+// `reason` gives the numbers; `next` what to do about AMBIGUOUS/NOT-COMPARABLE.
 PerfVerdict compare_perf(const HistoryRecord& baseline, const HistoryRecord& candidate, const VerdictOptions& o = {});
 
-// Two-sided Mann-Whitney U test p-value (normal approximation with tie correction; exact for small samples).
+// Two-sided Mann-Whitney U test p-value: exact (the U distribution by recursion) without ties when
+// n1*n2 <= 2500, else the normal approximation with tie and continuity correction (scipy's "asymptotic").
 double mann_whitney_p(const std::vector<double>& a, const std::vector<double>& b);
 
-// A numeric regression: a metric that grew between baseline and candidate, even inside tolerance.
+// A numeric regression: a metric that grew between baseline and candidate, even inside tolerance: max_ulp at all,
+// max_abs by more than 1% (printed values round) or turning non-finite. Keys of only one side are skipped.
 struct NumericRegression {
   std::string tensor;  // "<tensor> vs <against>"
   std::string metric;  // "max_ulp" or "max_abs"
@@ -74,10 +100,14 @@ struct NumericRegression {
 std::vector<NumericRegression> compare_numerics(const HistoryRecord& baseline, const HistoryRecord& candidate);
 
 // Step detection over a series (asv-style piecewise-constant fit, L1 cost with a BIC-like penalty): the indices
-// where a new level starts, so slow creep over many small commits shows as a step against the first level.
+// where a new level starts. Slow creep over many small commits shows as several steps: compare the first step's
+// `before` with the last step's `after` (the first level against the last).
+// The penalty per level is 3 ln(max(n, 10)) sigma, sigma the larger of the noise of the data (MAD of successive
+// differences, drift removed) and the median of `noise` (per-point noise, e.g. half the IQR of each point's
+// samples), floored at 0.1% of the series' median magnitude.
 struct Step {
   size_t index = 0;  // first element of the new level
-  double before = 0, after = 0;  // level medians
+  double before = 0, after = 0;  // medians of the level before and of the new level
 };
 std::vector<Step> detect_steps(const std::vector<double>& series, const std::vector<double>& noise = {});
 

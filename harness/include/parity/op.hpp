@@ -48,6 +48,15 @@ struct Cost {
   double flops_tensor = 0;  // tensor-core FLOPs
 };
 
+// A named step of an op's math, for stage bisection: which tensors it reads (op inputs or earlier stages'
+// outputs), which it writes, and its reference composition on exactly those.
+struct Stage {
+  std::string name;
+  std::vector<std::string> inputs;
+  std::vector<std::string> outputs;
+  std::function<TensorMap(const OpContext&, const TensorMap& inputs)> reference;
+};
+
 struct Op {
   std::string name;        // stem: "hc_post"
   std::string family;      // "hc"
@@ -62,6 +71,8 @@ struct Op {
   std::function<std::vector<TensorSpec>(const OpContext&, const TensorMap& inputs)> output_specs;
   // Differentiable LibTorch composition; its autograd backward is the reference backward.
   std::function<TensorMap(const OpContext&, const TensorMap& inputs)> reference;
+  // The same composition cut into stages, in order; every op output is some stage's output.
+  std::vector<Stage> stages;
   std::function<Cost(const OpContext&, bool backward)> cost;
 };
 

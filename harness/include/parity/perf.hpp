@@ -2,20 +2,26 @@
 // on the same inputs, against the device's measured ceilings and the op's cost model.
 //
 // JSON (inside a case of the results document, key "perf"):
-//   { "ceilings": {device, driver, copy_gbps, bf16_tflops, fp32_tflops, measured}, "upstream": {...},
+//   { "ceilings": {device, driver, copy_gbps, bf16_tflops, fp32_tflops, measured, method}, "upstream": {...},
 //     "entries": [ {path, direction, mode, median_ms, min_ms, q1_ms, q3_ms, rel_noise, n, samples_ms: [...],
-//                   sm_clock_mhz, dropped_throttled, bytes, flops_fp32, flops_tensor, achieved_gbps,
-//                   achieved_tflops, pct_copy_bw, pct_flops, speedup_vs_eager, peak_extra_bytes} ] }
+//                   sm_clock_mhz, dropped_throttled, stop, bytes, flops_fp32, flops_tensor, achieved_gbps,
+//                   achieved_tflops, pct_copy_bw, pct_flops, speedup_vs_eager, peak_extra_bytes, error} ] }
+//
+// Every path of a case is timed on one device, the one run_case works on (the GPU unless --cpu or none is
+// there), so speedups and percentages compare like with like; variants of other devices are not timed.
 #pragma once
 #include <parity/case.hpp>
-#include <parity/runner.hpp>
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
 namespace parity {
+
+struct RunOptions;     // runner.hpp (which includes this header for CaseResult::perf)
+struct TimingOptions;  // timing.hpp
 
 // Statistics of one timed region: never a single number.
 struct Timing {
@@ -26,6 +32,7 @@ struct Timing {
   int n = 0;
   double sm_clock_mhz = 0;    // median SM clock over kept samples (0 when not readable)
   int dropped_throttled = 0;  // samples taken below 90% of the median clock, discarded
+  std::string stop;           // why sampling stopped: "noise", "stable", "max_samples", "time_cap"
 };
 
 struct PerfEntry {
@@ -34,9 +41,14 @@ struct PerfEntry {
   Timing timing;
   double bytes = 0, flops_fp32 = 0, flops_tensor = 0;  // from Op::cost
   double achieved_gbps = 0, achieved_tflops = 0;
-  double pct_copy_bw = 0, pct_flops = 0;  // percent of the device's measured ceilings
+  // Percent of the device's measured ceilings: achieved bytes/s over the copy rate; the compute floor
+  // (flops_fp32 at the fp32 rate + flops_tensor at the bf16 rate) over the measured time.
+  double pct_copy_bw = 0, pct_flops = 0;
   double speedup_vs_eager = 0;            // eager median / this median (0 when no eager entry)
-  int64_t peak_extra_bytes = -1;          // caching-allocator peak above the inputs during the call (-1: CPU)
+  // Caching-allocator peak during one call above what was allocated before it (-1: CPU). Every path allocates
+  // what it returns inside the call, as it would in a training step.
+  int64_t peak_extra_bytes = -1;
+  std::string error;  // the path could not be timed (e.g. its graph capture failed); the timing is then empty
 };
 
 struct DeviceCeilings {
@@ -45,6 +57,7 @@ struct DeviceCeilings {
   double bf16_tflops = 0;  // large bf16 matmul through LibTorch
   double fp32_tflops = 0;  // large fp32 matmul with TF32 off
   std::string measured;    // ISO date
+  std::string method;      // what was timed, for the report
 };
 
 struct PerfResult {
@@ -54,5 +67,18 @@ struct PerfResult {
 };
 
 nlohmann::json to_json(const PerfResult& p);
+nlohmann::json to_json(const DeviceCeilings& c);
+
+// Times the naive LibTorch composition ("eager": Op::reference at the inputs' own dtypes, its autograd
+// backward timed alone) and every variant run_case would run on this device, forward and (when the case runs
+// backward) backward, on the inputs run_case uses. A path that fails is an entry with `error`.
+PerfResult run_perf(const Case& c, const Registry& reg, const RunOptions& opts, const TimingOptions& t);
+
+// Ceilings of the device run_perf times on (the GPU, or the CPU when none is there or force_cpu): GPU: a
+// device-to-device copy of max(1 GiB, 4x L2), a bf16 8192^3 and an fp32 4096^3 (TF32 off) matmul through
+// LibTorch; CPU: a 256 MiB copy and an fp32 2048^3 matmul. Medians of time_region samples, cached as JSON per
+// device and driver under $PARITY_HOME/device/ (default ~/.cache/parity/device/); `remeasure` ignores the cache.
+DeviceCeilings device_ceilings(bool remeasure, bool force_cpu = false);
+std::filesystem::path ceilings_file(const DeviceCeilings& c);
 
 }  // namespace parity

@@ -3,6 +3,7 @@
 #pragma once
 #include <parity/case.hpp>
 #include <parity/golden.hpp>
+#include <parity/perf.hpp>
 #include <parity/policy.hpp>
 
 #include <filesystem>
@@ -48,6 +49,7 @@ struct CaseResult {
   std::vector<Guard> guards;
   std::vector<VariantRun> variants;
   double seconds = 0;
+  std::optional<PerfResult> perf;  // parity run --perf
 };
 
 struct RunOptions {

@@ -4,12 +4,20 @@
 // short enough that launch overhead matters); adaptive sample count (at least min_samples; stop when the
 // relative noise is under target_rel_noise, or the noise estimate has stopped changing, or time_cap_s is spent);
 // the SM clock read per sample where the driver reports it, samples taken while throttled dropped.
+//
+// GPU regions must do their work on the current stream (ATen ops and Parity's launchers do). An autograd
+// backward runs on the stream its forward ran on: build the graph under the stream the region is timed on.
+// Graph mode captures on the current stream, or on a side stream when the current one is the legacy default
+// stream (which cannot capture); then warm-up and replays run on that side stream too.
 #pragma once
 #include <parity/perf.hpp>
 
 #include <ATen/ATen.h>
 
 #include <functional>
+#include <optional>
+#include <string>
+#include <vector>
 
 namespace parity {
 
@@ -19,13 +27,37 @@ struct TimingOptions {
   int min_samples = 10;
   int max_samples = 300;
   double target_rel_noise = 0.005;
-  double time_cap_s = 10.0;
+  double time_cap_s = 10.0;  // wall clock of the whole call, warm-up included; at least one sample is taken
 };
 
 // Runs `fn` repeatedly on `device` and returns its statistics. `fn` must be safe to call many times.
+// Throws InputError for an unknown mode or a CUDA device when none is usable.
 Timing time_region(const std::function<void()>& fn, at::Device device, const TimingOptions& o = {});
 
-// Median, quartiles, noise of raw samples (shared by GPU and CPU timers and by tests).
-Timing summarize(std::vector<double> samples_ms, const std::string& mode);
+// Median, quartiles and noise of raw samples (shared by GPU and CPU timers and by tests). With clocks (one per
+// sample, MHz; 0 = unknown), samples taken below 90% of the median clock are dropped and counted.
+Timing summarize(std::vector<double> samples_ms, const std::string& mode, const std::vector<double>& clocks_mhz = {});
+
+// The adaptive stopping rule, fed one sample at a time (both timers use it; exposed for tests).
+class Sampler {
+ public:
+  explicit Sampler(TimingOptions o) : o_(std::move(o)) {}
+  void add(double ms, double clock_mhz = 0);
+  // Empty while sampling should go on, else why it stops: "noise" ((q3-q1)/median under target),
+  // "stable" (the noise estimate moved less than 10% over the last 10 samples), "max_samples", "time_cap".
+  std::string stop(double elapsed_s) const;
+  int size() const { return int(samples_.size()); }
+  Timing result(const std::string& mode) const { return summarize(samples_, mode, clocks_); }
+
+ private:
+  TimingOptions o_;
+  std::vector<double> samples_, clocks_;
+  std::vector<double> noise_;  // the noise estimate after each sample (from the 5th on; NaN before)
+};
+
+// NVML, loaded at run time (no link dependency): the SM clock of a CUDA device (by PCI bus id, so device
+// numbering cannot mismatch) and the driver version. nullopt / "" where NVML is absent (CPU machines).
+std::optional<double> sm_clock_mhz(int cuda_device);
+std::string nvidia_driver_version();
 
 }  // namespace parity

@@ -1,0 +1,96 @@
+// parity bisect stages | commits: which stage of a kernel first diverges; which commit broke a case.
+#include "harness/cli/command.hpp"
+
+#include <parity/bisect.hpp>
+#include <parity/error.hpp>
+
+#include <fmt/format.h>
+
+#include <iostream>
+
+namespace parity::cli {
+
+namespace {
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// How each bisect step builds Parity in its worktree: the same LibTorch and CUDA setting as this build, with
+// ccache shared, tests and benchmarks off (only the CLI is needed).
+std::string default_build() {
+  const char* prefix = std::getenv("PARITY_TORCH_PREFIX");
+#ifdef PARITY_WITH_CUDA
+  const std::string cuda = "ON";
+#else
+  const std::string cuda = "OFF";
+#endif
+  return fmt::format(
+      "cmake -S . -B .parity-build -G Ninja -DCMAKE_BUILD_TYPE=Release -DPARITY_TESTS=OFF -DPARITY_BENCH=OFF "
+      "-DPARITY_CUDA={} -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc "
+      "-DCMAKE_PREFIX_PATH={} && cmake --build .parity-build --target parity",
+      cuda, shell_quote(prefix ? prefix : PARITY_TORCH_PREFIX_DEFAULT));
+}
+
+}  // namespace
+
+Command add_bisect(CLI::App& app) {
+  struct State {
+    Dirs dirs;
+    std::string case_id, variant, good, bad, build, run, repo = PARITY_SOURCE_DIR;
+    bool cpu_only = false;
+  };
+  auto st = std::make_shared<State>();
+  CLI::App* bisect = app.add_subcommand("bisect", "find the stage or the commit where a case goes wrong");
+  bisect->require_subcommand(1);
+
+  CLI::App* stages = bisect->add_subcommand("stages", "walk a kernel's stages: propagated and isolated error");
+  stages->add_option("--case", st->case_id, "case id")->required();
+  stages->add_option("--variant", st->variant, "fast path to bisect (default: the case's first runnable variant)");
+  stages->add_flag("--cpu", st->cpu_only, "treat CUDA as unavailable");
+  st->dirs.add_to(stages);
+
+  CLI::App* commits = bisect->add_subcommand("commits", "git bisect a case between two revisions in a worktree");
+  commits->add_option("--good", st->good, "a revision where the case passes")->required();
+  commits->add_option("--bad", st->bad, "a revision where it fails")->required();
+  commits->add_option("--case", st->case_id, "case id (runs `parity run --case` at each step)");
+  commits->add_option("--build", st->build, "build command in the worktree (default: configure and build parity)");
+  commits->add_option("--run", st->run, "test command in the worktree: exit 0 good, 1 bad, else skip");
+  commits->add_option("--repo", st->repo, "repository to bisect (default: this source tree)");
+
+  return {bisect, [st, stages, commits] {
+            if (*stages) {
+              const Registry& reg = Registry::global();
+              const auto cases = select_cases(load_cases(st->dirs.case_dirs(), reg), "all", {st->case_id});
+              const Case& c = cases.front();
+              RunOptions opts;
+              opts.golden_dirs = st->dirs.golden_dirs();
+              opts.force_cpu = st->cpu_only;
+              std::string vid = st->variant;
+              for (const auto& id : c.variants)
+                if (vid.empty() && (id.rfind("cuda:", 0) != 0 || (cuda_available() && !opts.force_cpu))) vid = id;
+              if (vid.empty()) throw InputError(fmt::format("case '{}' has no variant that runs here", c.id));
+              const StageBisection b = bisect_stages(c, reg, vid, opts);
+              std::cout << format_stage_bisection(b);
+              return b.first_divergent ? 1 : 0;
+            }
+            if (st->run.empty() && st->case_id.empty()) throw InputError("bisect commits needs --case or --run");
+            CommitBisectOptions o{st->repo, st->good, st->bad, st->build, st->run};
+            if (o.run.empty()) {
+              o.build = o.build.empty() ? default_build() : o.build;
+              o.run = fmt::format("./.parity-build/parity run --case {} --no-color", shell_quote(st->case_id));
+            }
+            const CommitBisection r = bisect_commits(o);
+            std::cout << r.log << "\n";
+            if (!r.found) {
+              std::cout << "no first bad commit found: " << r.summary << "\n";
+              return 2;
+            }
+            std::cout << fmt::format("first bad commit: {}\n  {}\n", r.first_bad, r.summary);
+            return 0;
+          }};
+}
+
+}  // namespace parity::cli

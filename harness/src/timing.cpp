@@ -1,0 +1,323 @@
+// Timing regions on the GPU (CUDA events) and the CPU (steady_clock) under one adaptive stopping rule, and the
+// NVML readings (SM clock, driver version) loaded at run time.
+#include <parity/error.hpp>
+#include <parity/op.hpp>
+#include <parity/timing.hpp>
+
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <fmt/format.h>
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <mutex>
+
+namespace parity {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr double kThrottledBelow = 0.9;  // of the median clock: a sample taken slower than that is dropped
+constexpr int kNoiseMinSamples = 5;      // no noise estimate from fewer samples (nvbench's statistics.cuh)
+constexpr int kStableWindow = 10;        // samples over which a settled noise estimate moves less than...
+constexpr double kStableChange = 0.1;    // ...this fraction of itself
+constexpr double kBatchMs = 5.0;         // GPU time per host sync (and per clock reading)
+constexpr int kMaxBatch = 16;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Linear interpolation between the closest ranks (numpy's default), on sorted data.
+double quantile(const std::vector<double>& sorted, double q) {
+  const double pos = q * double(sorted.size() - 1);
+  const size_t lo = size_t(pos), hi = std::min(lo + 1, sorted.size() - 1);
+  return sorted[lo] + (pos - double(lo)) * (sorted[hi] - sorted[lo]);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return quantile(v, 0.5);
+}
+
+std::vector<double> known(const std::vector<double>& clocks) {
+  std::vector<double> k;
+  std::copy_if(clocks.begin(), clocks.end(), std::back_inserter(k), [](double c) { return c > 0; });
+  return k;
+}
+
+}  // namespace
+
+Timing summarize(std::vector<double> samples_ms, const std::string& mode, const std::vector<double>& clocks_mhz) {
+  if (!clocks_mhz.empty() && clocks_mhz.size() != samples_ms.size())
+    throw std::invalid_argument(
+        fmt::format("summarize: {} clocks for {} samples", clocks_mhz.size(), samples_ms.size()));
+  Timing t;
+  t.mode = mode;
+  if (const std::vector<double> all = known(clocks_mhz); !all.empty()) {
+    const double floor = kThrottledBelow * median(all);
+    std::vector<double> kept, kept_clocks;
+    for (size_t i = 0; i < samples_ms.size(); ++i) {
+      if (clocks_mhz[i] > 0 && clocks_mhz[i] < floor) {
+        ++t.dropped_throttled;
+        continue;
+      }
+      kept.push_back(samples_ms[i]);
+      kept_clocks.push_back(clocks_mhz[i]);
+    }
+    samples_ms = std::move(kept);
+    if (const std::vector<double> k = known(kept_clocks); !k.empty()) t.sm_clock_mhz = median(k);
+  }
+  t.samples_ms = samples_ms;  // acquisition order: drift and warm-up effects stay visible
+  t.n = int(samples_ms.size());
+  if (samples_ms.empty()) return t;
+  std::sort(samples_ms.begin(), samples_ms.end());
+  t.min_ms = samples_ms.front();
+  t.q1_ms = quantile(samples_ms, 0.25);
+  t.median_ms = quantile(samples_ms, 0.5);
+  t.q3_ms = quantile(samples_ms, 0.75);
+  t.rel_noise = t.median_ms > 0 ? (t.q3_ms - t.q1_ms) / t.median_ms : 0;
+  return t;
+}
+
+void Sampler::add(double ms, double clock_mhz) {
+  samples_.push_back(ms);
+  clocks_.push_back(clock_mhz);
+  noise_.push_back(size() >= kNoiseMinSamples ? summarize(samples_, "", clocks_).rel_noise
+                                              : std::numeric_limits<double>::quiet_NaN());
+}
+
+std::string Sampler::stop(double elapsed_s) const {
+  const int n = size();
+  if (n >= std::max(o_.min_samples, kNoiseMinSamples)) {
+    const double noise = noise_.back();
+    if (noise < o_.target_rel_noise) return "noise";
+    if (n >= kNoiseMinSamples + kStableWindow - 1) {
+      const auto [lo, hi] = std::minmax_element(noise_.end() - kStableWindow, noise_.end());
+      if (*hi - *lo <= kStableChange * noise) return "stable";
+    }
+  }
+  if (n >= o_.max_samples) return "max_samples";
+  if (n >= 1 && elapsed_s >= o_.time_cap_s) return "time_cap";
+  return "";
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// NVML through dlopen: the GPU machines have the driver's libnvidia-ml, the build machines may not.
+// ---------------------------------------------------------------------------------------------------------------
+
+namespace {
+
+class Nvml {
+ public:
+  static Nvml& get() {
+    static Nvml nvml;
+    return nvml;
+  }
+
+  std::optional<double> sm_clock(int cuda_device) {
+    if (!ok_) return std::nullopt;
+    std::lock_guard lock(mutex_);
+    void* dev = handle(cuda_device);
+    unsigned mhz = 0;
+    if (!dev || clock_info_(dev, kClockSm, &mhz) != kSuccess) return std::nullopt;
+    return double(mhz);
+  }
+
+  std::string driver_version() {
+    char buf[96] = {};
+    return ok_ && driver_(buf, sizeof buf) == kSuccess ? std::string(buf) : std::string();
+  }
+
+ private:
+  // From nvml.h (not installed everywhere): NVML_SUCCESS, NVML_CLOCK_SM; nvmlDevice_t is an opaque pointer.
+  static constexpr int kSuccess = 0, kClockSm = 1;
+
+  Nvml() {
+    void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);  // kept open for the process
+    if (!lib) return;
+    auto init = reinterpret_cast<int (*)()>(dlsym(lib, "nvmlInit_v2"));
+    by_pci_ = reinterpret_cast<int (*)(const char*, void**)>(dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2"));
+    clock_info_ = reinterpret_cast<int (*)(void*, int, unsigned*)>(dlsym(lib, "nvmlDeviceGetClockInfo"));
+    driver_ = reinterpret_cast<int (*)(char*, unsigned)>(dlsym(lib, "nvmlSystemGetDriverVersion"));
+    ok_ = init && by_pci_ && clock_info_ && driver_ && init() == kSuccess;
+  }
+
+  // CUDA and NVML number devices differently (CUDA_VISIBLE_DEVICES, ordering): the PCI bus id is shared.
+  void* handle(int cuda_device) {
+    if (auto it = handles_.find(cuda_device); it != handles_.end()) return it->second;
+    char bus[32] = {};
+    void* dev = nullptr;
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, cuda_device) != cudaSuccess || by_pci_(bus, &dev) != kSuccess)
+      dev = nullptr;
+    return handles_[cuda_device] = dev;
+  }
+
+  bool ok_ = false;
+  int (*by_pci_)(const char*, void**) = nullptr;
+  int (*clock_info_)(void*, int, unsigned*) = nullptr;
+  int (*driver_)(char*, unsigned) = nullptr;
+  std::mutex mutex_;
+  std::map<int, void*> handles_;
+};
+
+}  // namespace
+
+std::optional<double> sm_clock_mhz(int cuda_device) { return Nvml::get().sm_clock(cuda_device); }
+std::string nvidia_driver_version() { return Nvml::get().driver_version(); }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Timers
+// ---------------------------------------------------------------------------------------------------------------
+
+namespace {
+
+// Samples until the rule says stop; `take` adds one batch of samples.
+Timing sample_until_done(Sampler& s, const std::string& mode, Clock::time_point t0,
+                         const std::function<void(Sampler&)>& take) {
+  for (;;) {
+    if (std::string why = s.stop(seconds_since(t0)); !why.empty()) {
+      Timing t = s.result(mode);
+      t.stop = why;
+      return t;
+    }
+    take(s);
+  }
+}
+
+Timing time_cpu(const std::function<void()>& fn, const TimingOptions& o, Clock::time_point t0) {
+  for (int i = 0; i < o.warmup; ++i) fn();
+  Sampler sampler(o);
+  return sample_until_done(sampler, "cpu", t0, [&](Sampler& s) {
+    const auto start = Clock::now();
+    fn();
+    s.add(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+  });
+}
+
+// A buffer of the device's L2 size, written before each cold sample so that the region finds none of its data
+// in L2 (nvbench's l2flush). One per device for the process: allocating it per sample would cost more than most
+// regions. Deliberately never freed: a static tensor would be destroyed after the CUDA runtime at exit.
+const at::Tensor& l2_flush_buffer(int device) {
+  static auto* buffers = new std::map<int, at::Tensor>;
+  auto it = buffers->find(device);
+  if (it == buffers->end()) {
+    int bytes = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device));
+    const auto opts = at::TensorOptions().dtype(at::kByte).device(at::kCUDA, device);
+    it = buffers->emplace(device, at::empty({std::max(bytes, 1)}, opts)).first;
+  }
+  return it->second;
+}
+
+void wait_for(const c10::cuda::CUDAStream& waiter, const c10::cuda::CUDAStream& on) {
+  if (waiter == on) return;
+  c10::cuda::CUDAEvent e;
+  e.record(on);
+  e.block(waiter);
+}
+
+// Captures fn on `stream` (current, not the legacy default stream). A failed capture is ended at the CUDA
+// level so the stream is usable again; the graph's memory pool then stays reserved until exit.
+std::unique_ptr<at::cuda::CUDAGraph> capture(const std::function<void()>& fn, const c10::cuda::CUDAStream& stream) {
+  auto graph = std::make_unique<at::cuda::CUDAGraph>();
+  graph->capture_begin();
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    cudaGraph_t partial = nullptr;
+    if (cudaStreamEndCapture(stream, &partial) == cudaSuccess && partial) cudaGraphDestroy(partial);
+    (void)cudaGetLastError();  // the capture's own error is the one reported below
+    throw std::runtime_error(fmt::format("CUDA graph capture failed: {}", e.what()));
+  }
+  graph->capture_end();
+  return graph;
+}
+
+struct EventPair {
+  c10::cuda::CUDAEvent start{cudaEventDefault}, stop{cudaEventDefault};
+};
+
+// Batches of about kBatchMs of GPU time: one host sync and one clock reading per batch. The first batch is a
+// single sample, to learn the region's length.
+int batch_size(const Sampler& s, const TimingOptions& o) {
+  const int left = std::min(kMaxBatch, o.max_samples - s.size());
+  if (s.size() == 0) return 1;
+  const double ms = s.result("").median_ms;
+  return std::clamp(ms > 0 ? int(kBatchMs / ms) : kMaxBatch, 1, std::max(left, 1));
+}
+
+struct GpuRegion {
+  std::function<void()> run;      // fn, or a replay of its graph
+  const at::Tensor* flush;        // cold mode: the L2 flush buffer
+  c10::cuda::CUDAStream stream;
+  int device;
+};
+
+// One batch, queued without a host sync: the GPU is already busy (writing the L2 flush, or running one untimed
+// call) while the host enqueues each timed call, so launch latency stays outside the events (nvbench's blocking
+// kernel does this for a single launch).
+void take_gpu_batch(Sampler& s, const GpuRegion& r, std::vector<EventPair>& events, const TimingOptions& o) {
+  const int k = batch_size(s, o);
+  if (!r.flush) r.run();
+  for (int i = 0; i < k; ++i) {
+    if (r.flush) C10_CUDA_CHECK(cudaMemsetAsync(r.flush->data_ptr(), 0, r.flush->nbytes(), r.stream));
+    events[i].start.record(r.stream);
+    r.run();
+    events[i].stop.record(r.stream);
+  }
+  // Read while the batch runs: the clock under load, not after the GPU went idle.
+  const double clock = sm_clock_mhz(r.device).value_or(0);
+  events[k - 1].stop.synchronize();
+  for (int i = 0; i < k; ++i) s.add(events[i].start.elapsed_time(events[i].stop), clock);
+}
+
+Timing time_gpu(const std::function<void()>& fn, at::Device device, const TimingOptions& o, Clock::time_point t0) {
+  const int index = device.has_index() ? device.index() : c10::cuda::current_device();
+  const c10::cuda::CUDAGuard device_guard(index);
+  const bool graph_mode = o.mode == "graph";
+  const c10::cuda::CUDAStream caller = c10::cuda::getCurrentCUDAStream(index);
+  const bool side = graph_mode && caller == c10::cuda::getDefaultCUDAStream(index);
+  const c10::cuda::CUDAStream stream = side ? c10::cuda::getStreamFromPool(false, index) : caller;
+  wait_for(stream, caller);
+  Timing t;
+  {
+    const c10::cuda::CUDAStreamGuard stream_guard(stream);
+    for (int i = 0; i < o.warmup; ++i) fn();
+    const std::unique_ptr<at::cuda::CUDAGraph> graph = graph_mode ? capture(fn, stream) : nullptr;
+    const GpuRegion region{graph ? std::function<void()>([&graph] { graph->replay(); }) : fn,
+                           o.mode == "cold" ? &l2_flush_buffer(index) : nullptr, stream, index};
+    std::vector<EventPair> events(kMaxBatch);
+    Sampler sampler(o);
+    t = sample_until_done(sampler, o.mode, t0, [&](Sampler& s) { take_gpu_batch(s, region, events, o); });
+  }
+  wait_for(caller, stream);
+  return t;
+}
+
+void check_options(const TimingOptions& o) {
+  if (o.mode != "cold" && o.mode != "hot" && o.mode != "graph")
+    throw InputError(fmt::format("timing mode '{}': expected cold, hot or graph", o.mode));
+  if (o.warmup < 0 || o.min_samples < 1 || o.max_samples < o.min_samples || !(o.time_cap_s > 0))
+    throw InputError(fmt::format("timing options: need warmup >= 0, 1 <= min_samples <= max_samples, time_cap > 0 "
+                                 "(got {}, {}, {}, {})",
+                                 o.warmup, o.min_samples, o.max_samples, o.time_cap_s));
+}
+
+}  // namespace
+
+Timing time_region(const std::function<void()>& fn, at::Device device, const TimingOptions& o) {
+  check_options(o);
+  const auto t0 = Clock::now();
+  if (!device.is_cuda()) return time_cpu(fn, o, t0);
+  if (!cuda_available()) throw InputError("time_region: a CUDA device was asked for but none is usable");
+  return time_gpu(fn, device, o, t0);
+}
+
+}  // namespace parity

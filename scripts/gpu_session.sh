@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One batched GPU session (device machine: H100/H200, no network): build the release preset against the machine's
+# own torch, run every test, measure the device ceilings, run the full suite with perf, and leave results, report and
+# logs under $OUT. toml++ (header-only, not installed there) travels in .carry/include.
+#   usage (device tool): bash scripts/gpu_session.sh        with carry [".carry"]
+set -uo pipefail
+OUT=${OUT:-/tmp/parity-out}
+mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+export PARITY_PYTHON=python3 PARITY_SKIP_BOOTSTRAP=1 PARITY_BUILD_ROOT=/tmp/parity-build PARITY_HOME=/tmp/parity-home
+export PARITY_JOBS=${PARITY_JOBS:-16} CMAKE_CUDA_COMPILER_LAUNCHER= CMAKE_CXX_COMPILER_LAUNCHER=
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
+t0=$(date +%s)
+prefix=$(python3 -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
+cmake --preset release -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_CXX_COMPILER_LAUNCHER= -DCMAKE_CUDA_COMPILER_LAUNCHER= \
+  >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 2; }
+cmake --build --preset release -j "$PARITY_JOBS" >"$OUT/build.log" 2>&1 || { grep -E 'error|FAILED' "$OUT/build.log" | head -30; exit 2; }
+echo "build: $(( $(date +%s) - t0 )) s"
+B=$PARITY_BUILD_ROOT/release
+t1=$(date +%s)
+(cd "$B" && ctest -j 8 --timeout 300 --output-on-failure >"$OUT/ctest.log" 2>&1)
+echo "ctest rc=$? ($(( $(date +%s) - t1 )) s)"; grep -E 'tests passed|Failed|\*\*\*' "$OUT/ctest.log" | head -20
+"$B/parity" device --remeasure >"$OUT/device.txt" 2>&1; cat "$OUT/device.txt"
+t2=$(date +%s)
+"$B/parity" run --suite full --perf --no-color --json "$OUT/results-gpu.json" --html "$OUT/report-gpu.html" \
+  >"$OUT/run-full.txt" 2>&1
+echo "run full rc=$? ($(( $(date +%s) - t2 )) s)"
+tail -60 "$OUT/run-full.txt"

@@ -1,0 +1,380 @@
+// The history store and the statistics drawn from it (harness/src/history.cpp): Mann-Whitney p-values against an
+// independent reference, perf verdicts on synthetic samples (an A/A test first: the comparator must not invent
+// changes), numeric growth, the JSONL store, records from a results document, and step detection.
+#include <parity/error.hpp>
+#include <parity/history.hpp>
+#include <parity/timing.hpp>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <fstream>
+#include <random>
+
+namespace parity {
+namespace {
+
+namespace fs = std::filesystem;
+
+// ---- Mann-Whitney ------------------------------------------------------------------------------------------
+// Reference values: a throwaway Python script (no scipy) computing the exact p by enumerating every split of the
+// pooled values (itertools.combinations) and the asymptotic p by the textbook formula: U = max(U1, U2),
+// z = (U - n1 n2 / 2 - 0.5) / sqrt(n1 n2 / 12 ((n + 1) - sum(t^3 - t) / (n (n - 1)))), p = erfc(z / sqrt 2),
+// which is what scipy.stats.mannwhitneyu(method="asymptotic") computes.
+
+TEST(MannWhitney, ExactWithoutTies) {
+  EXPECT_NEAR(mann_whitney_p({1, 2, 3}, {4, 5, 6}), 0.1, 1e-12);  // 2 of C(6,3) = 20 splits as extreme
+  EXPECT_NEAR(mann_whitney_p({1.1, 2.2, 3.3, 4.4}, {1.5, 2.5, 3.5, 4.5, 5.5}), 0.4126984126984127, 1e-12);
+  // Complete separation of 5 against 5 cannot reach p < 0.002: 2/252. Hence min_samples = 10.
+  EXPECT_NEAR(mann_whitney_p({1, 2, 3, 4, 5}, {6, 7, 8, 9, 10}), 0.007936507936507936, 1e-12);
+  std::vector<double> a, b;
+  for (int i = 0; i < 7; ++i) a.push_back(0.5 + 0.37 * i);
+  for (int j = 0; j < 8; ++j) b.push_back(0.9 + 0.41 * j);
+  EXPECT_NEAR(mann_whitney_p(a, b), 0.151981351981352, 1e-12);
+  EXPECT_NEAR(mann_whitney_p(b, a), 0.151981351981352, 1e-12);  // two-sided: symmetric
+}
+
+TEST(MannWhitney, TiesUseTheCorrectedNormalApproximation) {
+  EXPECT_NEAR(mann_whitney_p({1, 2, 2, 3, 3, 3, 4, 5}, {3, 4, 4, 5, 5, 6, 6, 7}), 0.010515245935858918, 1e-12);
+  std::vector<double> a(6, 1.0), b(6, 2.0);
+  a.insert(a.end(), 6, 2.0);
+  b.insert(b.end(), 6, 3.0);
+  EXPECT_NEAR(mann_whitney_p(a, b), 0.0007800870786341557, 1e-12);
+}
+
+TEST(MannWhitney, LargeSamplesUseTheNormalApproximation) {
+  std::vector<double> a, b;  // 3600 pairs: past the exact recursion's limit
+  for (int i = 0; i < 60; ++i) {
+    a.push_back(2.0 * i);
+    b.push_back(2.0 * i + 21);
+  }
+  EXPECT_NEAR(mann_whitney_p(a, b), 0.0025668879435241797, 1e-12);
+}
+
+TEST(MannWhitney, DegenerateInputsGiveNoEvidence) {
+  EXPECT_EQ(mann_whitney_p({}, {1, 2}), 1.0);
+  EXPECT_EQ(mann_whitney_p(std::vector<double>(12, 1.0), std::vector<double>(12, 1.0)), 1.0);
+}
+
+// ---- Perf verdicts ------------------------------------------------------------------------------------------
+
+HistoryRecord timed(const std::vector<double>& samples) {
+  const Timing t = summarize(samples, "cpu");
+  HistoryRecord r;
+  r.case_id = "hc_post/tiny";
+  r.path = "cpu:v1";
+  r.direction = "fwd";
+  r.device = "test cpu (2 threads)";
+  r.build_type = "release";
+  r.mode = t.mode;
+  r.median_ms = t.median_ms;
+  r.q1_ms = t.q1_ms;
+  r.q3_ms = t.q3_ms;
+  r.min_ms = t.min_ms;
+  r.rel_noise = t.rel_noise;
+  r.n = t.n;
+  r.samples_ms = t.samples_ms;
+  return r;
+}
+
+// Timing-like samples: 2% Gaussian jitter plus a 5% chance of a 20-50% outlier (preemption, a cache miss storm).
+std::vector<double> draw(std::mt19937_64& rng, double center, int n) {
+  std::normal_distribution<double> jitter(0, 0.02);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::vector<double> s;
+  for (int i = 0; i < n; ++i) s.push_back(center * (1 + jitter(rng)) * (u(rng) < 0.05 ? 1.2 + 0.3 * u(rng) : 1.0));
+  return s;
+}
+
+TEST(ComparePerf, AATestNeverInventsAChange) {
+  std::mt19937_64 rng(20260901);
+  std::map<Verdict, int> seen;
+  for (int i = 0; i < 200; ++i) ++seen[compare_perf(timed(draw(rng, 1.0, 30)), timed(draw(rng, 1.0, 30))).verdict];
+  EXPECT_EQ(seen[Verdict::slower], 0);
+  EXPECT_EQ(seen[Verdict::faster], 0);
+  EXPECT_GE(seen[Verdict::same], 190) << "AMBIGUOUS " << seen[Verdict::ambiguous];  // the comparator is useful too
+}
+
+TEST(ComparePerf, TwoXShiftIsSlowerAndBackIsFaster) {
+  std::mt19937_64 rng(7);
+  const HistoryRecord base = timed(draw(rng, 1.0, 30)), slow = timed(draw(rng, 2.0, 30));
+  const PerfVerdict v = compare_perf(base, slow);
+  EXPECT_EQ(v.verdict, Verdict::slower) << v.reason;
+  EXPECT_NEAR(v.ratio, 2.0, 0.1);
+  EXPECT_LT(v.p_value, 0.002);
+  EXPECT_EQ(compare_perf(slow, base).verdict, Verdict::faster);
+}
+
+TEST(ComparePerf, ShiftBelowTheThresholdIsNeverSlower) {
+  std::mt19937_64 rng(11);
+  for (int i = 0; i < 100; ++i) {
+    const PerfVerdict v = compare_perf(timed(draw(rng, 1.0, 30)), timed(draw(rng, 1.03, 30)), {.threshold = 0.05});
+    ASSERT_NE(v.verdict, Verdict::slower) << "draw " << i << ": " << v.reason;
+  }
+}
+
+TEST(ComparePerf, FewSamplesAreAmbiguousWithANextStep) {
+  std::mt19937_64 rng(3);
+  const PerfVerdict v = compare_perf(timed(draw(rng, 1.0, 30)), timed(draw(rng, 2.0, 5)));
+  EXPECT_EQ(v.verdict, Verdict::ambiguous);
+  EXPECT_NE(v.reason.find("candidate has 5 samples"), std::string::npos) << v.reason;
+  EXPECT_NE(v.next.find("--time-cap"), std::string::npos) << v.next;
+}
+
+TEST(ComparePerf, ThrottledSamplesAreAmbiguous) {
+  std::mt19937_64 rng(5);
+  HistoryRecord cand = timed(draw(rng, 2.0, 30));
+  cand.dropped_throttled = 4;  // 4 of 34 > 10%
+  const PerfVerdict v = compare_perf(timed(draw(rng, 1.0, 30)), cand);
+  EXPECT_EQ(v.verdict, Verdict::ambiguous);
+  EXPECT_NE(v.next.find("throttling"), std::string::npos) << v.next;
+}
+
+TEST(ComparePerf, NoisyOverlapIsAmbiguous) {
+  std::vector<double> base, cand;  // IQR of 40%: a 10% median shift proves nothing
+  for (int i = 0; i < 20; ++i) {
+    base.push_back(0.6 + 0.04 * i);
+    cand.push_back(0.7 + 0.04 * i);
+  }
+  const PerfVerdict v = compare_perf(timed(base), timed(cand));
+  EXPECT_EQ(v.verdict, Verdict::ambiguous);
+  EXPECT_NE(v.reason.find("too noisy"), std::string::npos) << v.reason;
+}
+
+TEST(ComparePerf, ChangedSetupIsNotComparable) {
+  std::mt19937_64 rng(13);
+  const HistoryRecord base = timed(draw(rng, 1.0, 30));
+  HistoryRecord cand = timed(draw(rng, 2.0, 30));
+  cand.driver = "580.2";
+  PerfVerdict v = compare_perf(base, cand);
+  EXPECT_EQ(v.verdict, Verdict::not_comparable);
+  EXPECT_NE(v.reason.find("driver changed: '' -> '580.2'"), std::string::npos) << v.reason;
+  EXPECT_FALSE(v.next.empty());
+
+  cand = timed(draw(rng, 1.0, 30));
+  cand.sm_clock_mhz = 1700;
+  HistoryRecord clocked = base;
+  clocked.sm_clock_mhz = 1980;
+  v = compare_perf(clocked, cand);
+  EXPECT_EQ(v.verdict, Verdict::not_comparable);
+  EXPECT_NE(v.reason.find("SM clocks 1980 -> 1700 MHz"), std::string::npos) << v.reason;
+  cand.sm_clock_mhz = 1950;  // 1.5% apart
+  EXPECT_NE(compare_perf(clocked, cand).verdict, Verdict::not_comparable);
+}
+
+// A kernel edit is what the history must judge: a changed source hash only attributes the change.
+TEST(ComparePerf, ChangedSourceIsJudgedAndAttributed) {
+  std::mt19937_64 rng(17);
+  HistoryRecord base = timed(draw(rng, 1.0, 30)), cand = timed(draw(rng, 2.0, 30));
+  base.source_hash = std::string(64, 'a');
+  cand.source_hash = std::string(64, 'b');
+  const PerfVerdict v = compare_perf(base, cand);
+  EXPECT_EQ(v.verdict, Verdict::slower);
+  EXPECT_NE(v.reason.find("source changed (aaaaaaaa -> bbbbbbbb)"), std::string::npos) << v.reason;
+}
+
+// ---- Numerics -----------------------------------------------------------------------------------------------
+
+TEST(CompareNumerics, FlagsGrowthEvenInsideTolerance) {
+  HistoryRecord base, cand;
+  base.numerics = {{"out vs ref:fp64", {1, 1e-3, 1e-4}}, {"grad/x vs ref:fp64", {2, 2e-3, 1e-4}},
+                   {"post vs golden", {0, 0.0, 0.0}}};
+  cand.numerics = {{"out vs ref:fp64", {2, 1.005e-3, 1e-4}},  // ulp grew; max_abs within print rounding
+                   {"grad/x vs ref:fp64", {1, 2.1e-3, 1e-4}},  // ulp shrank; max_abs grew 5%
+                   {"post vs golden", {0, std::nan(""), 0.0}},  // turned non-finite
+                   {"new vs ref:fp64", {9, 9.0, 9.0}}};         // no baseline: not a regression
+  const auto r = compare_numerics(base, cand);
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[0].tensor, "grad/x vs ref:fp64");
+  EXPECT_EQ(r[0].metric, "max_abs");
+  EXPECT_EQ(r[1].tensor, "out vs ref:fp64");
+  EXPECT_EQ(r[1].metric, "max_ulp");
+  EXPECT_EQ(r[1].baseline, 1);
+  EXPECT_EQ(r[1].candidate, 2);
+  EXPECT_EQ(r[2].tensor, "post vs golden");
+  EXPECT_TRUE(compare_numerics(cand, cand).empty());
+}
+
+// ---- The store ----------------------------------------------------------------------------------------------
+
+class HistoryDir : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = fs::temp_directory_path() / fmt::format("parity-history-{}", ::getpid()); }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+TEST_F(HistoryDir, JsonlRoundTrip) {
+  HistoryRecord a = timed({1.0, 1.1, 0.9, 1.05, 1.2});
+  a.driver = "580.65.06";
+  a.commit = "abc123";
+  a.source_hash = std::string(64, 'f');
+  a.date = "2026-09-01T00:00:00Z";
+  a.sm_clock_mhz = 1980;
+  a.dropped_throttled = 1;
+  a.numerics["out vs ref:fp64"] = {3, std::nan(""), 1e-5};
+  HistoryRecord b;  // numerics only, another op
+  b.case_id = "hc_pre/tiny";
+  b.path = "ref:hf";
+  b.direction = "fwd";
+  b.numerics["out vs golden"] = {0, 0.0, 0.0};
+  append_history(dir_, {a, b});
+  append_history(dir_, {a});
+  EXPECT_TRUE(fs::exists(dir_ / "hc_post.jsonl"));
+  const auto loaded = load_history(dir_);
+  ASSERT_EQ(loaded.size(), 3u);
+  EXPECT_EQ(loaded[0].key(), "hc_post/tiny|cpu:v1|fwd");  // files by name: hc_post before hc_pre
+  EXPECT_EQ(loaded[2].key(), "hc_pre/tiny|ref:hf|fwd");
+  const HistoryRecord& r = loaded[0];
+  EXPECT_EQ(to_json(r).dump(), to_json(a).dump());  // dumps: NaN != NaN, but both write null
+  EXPECT_EQ(r.samples_ms, a.samples_ms);
+  EXPECT_EQ(r.mode, "cpu");
+  EXPECT_EQ(r.median_ms, a.median_ms);
+  EXPECT_EQ(r.dropped_throttled, 1);
+  EXPECT_TRUE(std::isnan(r.numerics.at("out vs ref:fp64").max_abs));
+  EXPECT_EQ(loaded[2].n, 0);
+  EXPECT_EQ(loaded[2].numerics.at("out vs golden").max_ulp, 0);
+}
+
+TEST_F(HistoryDir, BadLineNamesFileAndLine) {
+  fs::create_directories(dir_);
+  HistoryRecord a = timed({1.0, 1.1, 0.9});
+  std::ofstream(dir_ / "hc_post.jsonl") << to_json(a).dump() << "\n\n{\"schema\": \"parity.history/1\", \"case\": \n";
+  try {
+    load_history(dir_);
+    FAIL() << "no InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("hc_post.jsonl:3:"), std::string::npos) << e.what();
+  }
+  std::ofstream(dir_ / "hc_post.jsonl") << R"({"schema": "parity.history/1", "case": "x/y", "path": "cpu:v1"})" << "\n";
+  try {
+    load_history(dir_);
+    FAIL() << "no InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("hc_post.jsonl:1:"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("direction"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(load_history(dir_ / "missing"), InputError);
+}
+
+// ---- Records from a results document ------------------------------------------------------------------------
+
+nlohmann::json metrics(int64_t ulp, double abs) { return {{"max_ulp", ulp}, {"max_abs", abs}, {"mean_abs", abs / 10}}; }
+
+nlohmann::json entry(const std::string& path, const std::string& dir, double median, int n) {
+  return {{"path", path}, {"direction", dir},   {"mode", "cpu"},  {"median_ms", median}, {"q1_ms", 0.9 * median},
+          {"q3_ms", 1.1 * median}, {"min_ms", 0.8 * median}, {"n", n}, {"rel_noise", 0.2},
+          {"samples_ms", std::vector<double>(size_t(n), median)}, {"sm_clock_mhz", 0}, {"dropped_throttled", 0}};
+}
+
+TEST(RecordsFromResults, OneRecordPerTimedOrCheckedPath) {
+  const nlohmann::json doc = {
+      {"schema", "parity.results/1"},
+      {"environment",
+       {{"gpu", "none"}, {"commit", "abc123"}, {"dirty", true}, {"build_type", "release"}, {"date", "2026-09-01"}}},
+      {"cases",
+       {{{"case", "hc_post/tiny"},
+         {"op", "hc_post"},
+         {"checks",
+          {{{"variant", "cpu:v1"}, {"tensor", "out"}, {"against", "ref:fp64"}, {"metrics", metrics(1, 2e-3)}},
+           {{"variant", "cpu:v1"}, {"tensor", "grad/x"}, {"against", "ref:fp64"}, {"metrics", metrics(2, 3e-3)}},
+           {{"variant", "ref:hf"}, {"tensor", "out"}, {"against", "golden"}, {"metrics", metrics(0, 0)}}}},
+         {"perf",
+          {{"ceilings", {{"device", "Test CPU (2 threads)"}, {"driver", ""}}},
+           {"entries",
+            {entry("cpu:v1", "fwd", 1.0, 12), entry("cpu:v1", "bwd", 3.0, 12), entry("eager", "fwd", 2.0, 12),
+             entry("cuda:v1", "fwd", 0, 0)}}}}}}}};
+  const auto records = records_from_results(doc);
+  std::vector<std::string> keys;
+  for (const auto& r : records) keys.push_back(r.key());
+  EXPECT_EQ(keys, (std::vector<std::string>{"hc_post/tiny|cpu:v1|fwd", "hc_post/tiny|cpu:v1|bwd",
+                                            "hc_post/tiny|eager|fwd", "hc_post/tiny|ref:hf|fwd"}));
+  const HistoryRecord& fwd = records[0];
+  EXPECT_EQ(fwd.n, 12);
+  EXPECT_EQ(fwd.median_ms, 1.0);
+  EXPECT_EQ(fwd.mode, "cpu");
+  EXPECT_EQ(fwd.device, "Test CPU (2 threads)");
+  EXPECT_EQ(fwd.commit, "abc123-dirty");
+  EXPECT_EQ(fwd.build_type, "release");
+  ASSERT_EQ(fwd.numerics.size(), 2u);  // the gradient check lands on the fwd record of its variant
+  EXPECT_EQ(fwd.numerics.at("grad/x vs ref:fp64").max_ulp, 2);
+  EXPECT_TRUE(records[1].numerics.empty());
+  EXPECT_EQ(records[3].n, 0);
+  EXPECT_EQ(fwd.source_hash, source_hash("cpu:v1", "hc"));
+  EXPECT_EQ(records[2].source_hash, source_hash("eager", "hc"));
+  EXPECT_NE(fwd.source_hash, records[2].source_hash);
+}
+
+TEST_F(HistoryDir, SourceHashFollowsTheFiles) {
+  fs::create_directories(dir_ / "kernels/cpu");
+  const std::string absent = source_hash("cpu:v1", "f", dir_);
+  std::ofstream(dir_ / "kernels/cpu/f.cpp") << "";
+  const std::string empty = source_hash("cpu:v1", "f", dir_);
+  std::ofstream(dir_ / "kernels/cpu/f.cpp") << "int x;";
+  const std::string edited = source_hash("cpu:v1", "f", dir_);
+  EXPECT_NE(absent, empty);
+  EXPECT_NE(empty, edited);
+  EXPECT_EQ(edited, source_hash("cpu:hf", "f", dir_));  // same file, same hash
+  EXPECT_EQ(edited.size(), 64u);
+}
+
+// ---- Step detection -----------------------------------------------------------------------------------------
+
+std::vector<double> noisy(std::mt19937_64& rng, const std::vector<double>& levels, double rel_noise) {
+  std::normal_distribution<double> e(0, rel_noise);
+  std::vector<double> y;
+  for (double l : levels) y.push_back(l * (1 + e(rng)));
+  return y;
+}
+
+TEST(DetectSteps, FindsASingleStep) {
+  std::mt19937_64 rng(1);
+  std::vector<double> levels(15, 1.0);
+  levels.insert(levels.end(), 15, 1.2);
+  const auto steps = detect_steps(noisy(rng, levels, 0.01));
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_EQ(steps[0].index, 15u);
+  EXPECT_NEAR(steps[0].before, 1.0, 0.01);
+  EXPECT_NEAR(steps[0].after, 1.2, 0.012);
+}
+
+TEST(DetectSteps, FindsNoneInPureNoise) {
+  std::mt19937_64 rng(2);
+  for (int i = 0; i < 50; ++i) {
+    const auto steps = detect_steps(noisy(rng, std::vector<double>(40, 1.0), 0.02));
+    ASSERT_TRUE(steps.empty()) << "series " << i << ": step at " << steps[0].index;
+  }
+}
+
+TEST(DetectSteps, FlagsSlowCreepAgainstTheFirstLevel) {
+  std::mt19937_64 rng(3);
+  std::vector<double> levels;
+  for (int i = 0; i < 20; ++i) levels.push_back(std::pow(1.01, i));  // +1% per commit, each within noise of a run
+  const auto steps = detect_steps(noisy(rng, levels, 0.002));
+  ASSERT_FALSE(steps.empty());
+  EXPECT_GT(steps.back().after / steps.front().before, 1.1);
+}
+
+TEST(DetectSteps, PerPointNoiseRaisesTheBar) {
+  std::mt19937_64 rng(4);
+  std::vector<double> levels(10, 1.0);
+  levels.insert(levels.end(), 10, 1.03);
+  const auto y = noisy(rng, levels, 0.002);
+  EXPECT_EQ(detect_steps(y).size(), 1u);
+  EXPECT_TRUE(detect_steps(y, std::vector<double>(20, 0.05)).empty());  // 3% inside 5% per-point noise
+}
+
+TEST(DetectSteps, DegenerateSeries) {
+  EXPECT_TRUE(detect_steps({}).empty());
+  EXPECT_TRUE(detect_steps({1.0}).empty());
+  EXPECT_TRUE(detect_steps(std::vector<double>(10, 2.0)).empty());
+  EXPECT_TRUE(detect_steps(std::vector<double>(10, 0.0)).empty());
+  const auto exact = detect_steps({1, 1, 1, 1, 1, 2, 2, 2, 2, 2});  // noise-free: any change is a step
+  ASSERT_EQ(exact.size(), 1u);
+  EXPECT_EQ(exact[0].index, 5u);
+}
+
+}  // namespace
+}  // namespace parity

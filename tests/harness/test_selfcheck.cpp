@@ -1,0 +1,101 @@
+// The comparator on real measurements (harness-practice.md s9.2: measure the comparator itself): the timer
+// (timing.hpp) and the verdicts (history.hpp) together, on the real cpu:v1 forward of a seeded hc_post case.
+// An A/A test must find no change between repeated measurements of the same code; the planted 2x slowdown
+// (planted:slow runs cpu:v1 twice) must come out SLOWER.
+#include "references/hc.hpp"
+
+#include <parity/history.hpp>
+#include <parity/op.hpp>
+#include <parity/timing.hpp>
+
+#include <ATen/Parallel.h>  // at::get_num_threads / set_num_threads
+#include <gtest/gtest.h>
+
+namespace parity {
+namespace {
+
+constexpr uint64_t kSeed = 20260901;
+
+// A sample of ~0.25 ms on one core: far above the timer's resolution, yet short enough that few samples are cut
+// by the scheduler when other processes share the core (a preempted sample costs a time slice, several ms), and
+// five measurements take well under a second, so background load has little time to change between them.
+OpContext small_hc_post() {
+  OpContext ctx;
+  ctx.dims = {{hc::kTokens, 64}, {hc::kHc, 4}, {hc::kHidden, 256}};
+  ctx.constants = {{hc::kHcEps, 1e-6}, {hc::kRmsEps, 1e-6}, {hc::kSinkhornIters, 20}, {hc::kPostMult, 2.0}};
+  ctx.dtype = at::kBFloat16;
+  return ctx;
+}
+
+// One measurement of a variant's forward through the real timer, as a history record.
+HistoryRecord measure(const std::string& variant) {
+  const Registry& reg = Registry::global();
+  const Op& op = reg.op("hc_post");
+  const Variant& v = reg.variant("hc_post", variant);
+  const OpContext ctx = small_hc_post();
+  const TensorMap in = op.make_inputs(ctx, kSeed, at::kCPU);
+  const std::vector<TensorSpec> specs = op.output_specs(ctx, in);
+  const Timing t = time_region(
+      [&] {
+        TensorMap out;
+        for (const auto& s : specs) out[s.name] = at::empty(s.shape, at::TensorOptions().dtype(s.dtype));
+        v.forward(ctx, in, out);
+      },
+      at::kCPU, TimingOptions{.warmup = 3, .min_samples = 15, .max_samples = 60, .time_cap_s = 2.0});
+  HistoryRecord r;
+  r.case_id = "hc_post/selfcheck";
+  r.path = "cpu:v1";  // planted:slow too: the same key, so the comparison is the timing alone
+  r.direction = "fwd";
+  r.device = "this machine";
+  r.mode = t.mode;
+  r.median_ms = t.median_ms;
+  r.q1_ms = t.q1_ms;
+  r.q3_ms = t.q3_ms;
+  r.min_ms = t.min_ms;
+  r.rel_noise = t.rel_noise;
+  r.n = t.n;
+  r.samples_ms = t.samples_ms;
+  return r;
+}
+
+// One thread: the CPU paths are then not at the mercy of whichever other process holds the second core.
+class SelfCheck : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    threads_ = at::get_num_threads();
+    at::set_num_threads(1);
+  }
+  void TearDown() override { at::set_num_threads(threads_); }
+  int threads_ = 1;
+};
+
+TEST_F(SelfCheck, RepeatedMeasurementsOfTheSameCodeAreNeverSlowerOrFaster) {
+  std::vector<HistoryRecord> runs;
+  for (int i = 0; i < 5; ++i) runs.push_back(measure("cpu:v1"));
+  for (size_t i = 0; i < runs.size(); ++i) {
+    ASSERT_GE(runs[i].n, 10) << "measurement " << i;
+    for (size_t j = i + 1; j < runs.size(); ++j) {
+      const PerfVerdict v = compare_perf(runs[i], runs[j]);
+      EXPECT_TRUE(v.verdict != Verdict::slower && v.verdict != Verdict::faster)
+          << "measurements " << i << " and " << j << ": " << verdict_name(v.verdict) << " x" << v.ratio << ", "
+          << v.reason;
+    }
+  }
+}
+
+// A burst of load from another process during one measurement can blur the gap into AMBIGUOUS, whose next step
+// is to measure again: up to three pairs, and none may ever say SAME or FASTER.
+TEST_F(SelfCheck, PlantedSlowVariantIsSlower) {
+  PerfVerdict v;
+  for (int attempt = 0; attempt < 3 && v.verdict != Verdict::slower; ++attempt) {
+    const HistoryRecord base = measure("cpu:v1"), slow = measure("planted:slow");
+    v = compare_perf(base, slow);
+    ASSERT_TRUE(v.verdict == Verdict::slower || v.verdict == Verdict::ambiguous)
+        << "attempt " << attempt << ": " << verdict_name(v.verdict) << " x" << v.ratio << ", " << v.reason;
+  }
+  EXPECT_EQ(verdict_name(v.verdict), "SLOWER") << "x" << v.ratio << ", " << v.reason;
+  EXPECT_GT(v.ratio, 1.5);
+}
+
+}  // namespace
+}  // namespace parity

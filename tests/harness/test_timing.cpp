@@ -1,0 +1,207 @@
+// Timing: statistics of known samples, the adaptive stopping rule, and the timers against work of known relative
+// cost. GPU tests skip without a GPU.
+#include <parity/error.hpp>
+#include <parity/op.hpp>
+#include <parity/timing.hpp>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+namespace parity {
+namespace {
+
+TEST(Summarize, QuartilesInterpolateBetweenRanks) {
+  const Timing t = summarize({5, 1, 4, 2, 3}, "hot");
+  EXPECT_EQ(t.mode, "hot");
+  EXPECT_EQ(t.n, 5);
+  EXPECT_DOUBLE_EQ(t.min_ms, 1);
+  EXPECT_DOUBLE_EQ(t.q1_ms, 2);
+  EXPECT_DOUBLE_EQ(t.median_ms, 3);
+  EXPECT_DOUBLE_EQ(t.q3_ms, 4);
+  EXPECT_DOUBLE_EQ(t.rel_noise, 2.0 / 3.0);
+  EXPECT_EQ(t.samples_ms, (std::vector<double>{5, 1, 4, 2, 3}));  // acquisition order kept
+
+  const Timing even = summarize({4, 3, 2, 1}, "cpu");
+  EXPECT_DOUBLE_EQ(even.q1_ms, 1.75);
+  EXPECT_DOUBLE_EQ(even.median_ms, 2.5);
+  EXPECT_DOUBLE_EQ(even.q3_ms, 3.25);
+}
+
+TEST(Summarize, NoSamplesIsAllZero) {
+  const Timing t = summarize({}, "cold");
+  EXPECT_EQ(t.n, 0);
+  EXPECT_EQ(t.median_ms, 0);
+  EXPECT_EQ(t.rel_noise, 0);
+}
+
+TEST(Summarize, DropsSamplesTakenWhileThrottled) {
+  // 1782 MHz is exactly 90% of the median 1980: kept; 1500 is below: dropped with its (slow) sample.
+  const Timing t = summarize({1, 1.1, 1, 1.2, 5}, "cold", {1980, 1980, 1782, 1990, 1500});
+  EXPECT_EQ(t.dropped_throttled, 1);
+  EXPECT_EQ(t.n, 4);
+  EXPECT_EQ(t.samples_ms, (std::vector<double>{1, 1.1, 1, 1.2}));
+  EXPECT_DOUBLE_EQ(t.sm_clock_mhz, 1980);
+}
+
+TEST(Summarize, UnknownClocksDropNothing) {
+  const Timing t = summarize({1, 2, 3}, "cold", {0, 0, 0});
+  EXPECT_EQ(t.dropped_throttled, 0);
+  EXPECT_EQ(t.n, 3);
+  EXPECT_EQ(t.sm_clock_mhz, 0);
+  EXPECT_THROW(summarize({1, 2}, "cold", {1000}), std::invalid_argument);
+}
+
+TimingOptions options(int min_samples, int max_samples, double target, double cap_s) {
+  TimingOptions o;
+  o.min_samples = min_samples;
+  o.max_samples = max_samples;
+  o.target_rel_noise = target;
+  o.time_cap_s = cap_s;
+  return o;
+}
+
+TEST(Sampler, QuietSamplesStopAtMinSamples) {
+  Sampler s(options(10, 300, 0.01, 100));
+  for (int i = 0; i < 9; ++i) {
+    s.add(1.0 + 1e-4 * (i % 2));
+    EXPECT_EQ(s.stop(0), "") << "after " << i + 1 << " samples";
+  }
+  s.add(1.0);
+  EXPECT_EQ(s.stop(0), "noise");
+}
+
+TEST(Sampler, StopsOnceTheNoiseEstimateSettles) {
+  // Evenly spread samples on [1, 2): the noise stays near 1/3, far above the target, but more samples no longer
+  // change it.
+  Sampler s(options(10, 300, 0.01, 100));
+  const double golden = (std::sqrt(5.0) - 1) / 2;
+  int i = 0;
+  while (s.stop(0).empty()) s.add(1 + std::fmod(++i * golden, 1.0));
+  EXPECT_EQ(s.stop(0), "stable");
+  EXPECT_LT(s.size(), 50);
+  EXPECT_NEAR(s.result("hot").rel_noise, 1.0 / 3.0, 0.05);
+}
+
+TEST(Sampler, NoiseThatKeepsMovingRunsToMaxSamples) {
+  // A period-4 pattern: the quartiles jump with every sample, so neither criterion ever holds.
+  Sampler s(options(10, 100, 0.01, 100));
+  const double cycle[] = {1, 2, 3, 4};
+  int i = 0;
+  while (s.stop(0).empty()) s.add(cycle[i++ % 4]);
+  EXPECT_EQ(s.stop(0), "max_samples");
+  EXPECT_EQ(s.size(), 100);
+}
+
+TEST(Sampler, TimeCapStopsBeforeMinSamplesButAfterOneSample) {
+  Sampler s(options(10, 300, 0.01, 1.0));
+  EXPECT_EQ(s.stop(5.0), "");  // no sample yet
+  s.add(1.0);
+  EXPECT_EQ(s.stop(0.5), "");
+  EXPECT_EQ(s.stop(1.0), "time_cap");
+}
+
+// A serial chain of floating-point multiply-adds: time proportional to n, nothing to vectorise or fold.
+double spin(int64_t n) {
+  double x = 1.0;
+  for (int64_t i = 0; i < n; ++i) x = x * 1.0000001 + 1e-9;
+  return x;
+}
+
+volatile double sink;
+volatile int64_t spin_unit = 400000;  // about 1 ms per call on a 2 GHz core; volatile, so never folded
+
+std::function<void()> busy(int64_t units) {
+  return [units] { sink = spin(units * spin_unit); };
+}
+
+TEST(CpuTimer, TwiceTheWorkMeasuresTwiceTheTime) {
+  const TimingOptions o = options(15, 200, 0.02, 10);
+  const Timing one = time_region(busy(1), at::kCPU, o), two = time_region(busy(2), at::kCPU, o);
+  EXPECT_EQ(one.mode, "cpu");
+  EXPECT_GE(one.n, 15);
+  const double ratio = two.median_ms / one.median_ms;
+  EXPECT_NEAR(ratio, 2.0, 0.4) << one.median_ms << " ms vs " << two.median_ms << " ms";
+}
+
+TEST(CpuTimer, SteadyWorkStopsEarly) {
+  const Timing t = time_region(busy(1), at::kCPU, options(10, 1000, 0.05, 30));
+  EXPECT_TRUE(t.stop == "noise" || t.stop == "stable") << t.stop << " after " << t.n << " samples";
+  EXPECT_LT(t.n, 1000);
+  EXPECT_GE(t.n, 10);
+}
+
+TEST(CpuTimer, RespectsTheTimeCap) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Timing t = time_region([] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }, at::kCPU,
+                               options(100, 1000, 0.0, 0.25));
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(t.stop, "time_cap");
+  EXPECT_GE(t.n, 1);
+  EXPECT_LT(t.n, 100);
+  EXPECT_LT(wall, 0.6);  // the cap plus at most one sample, with room for a loaded machine
+}
+
+TEST(CpuTimer, RejectsBadOptions) {
+  TimingOptions o;
+  o.mode = "warm";
+  EXPECT_THROW(time_region([] {}, at::kCPU, o), InputError);
+  EXPECT_THROW(time_region([] {}, at::kCPU, options(10, 5, 0.01, 1)), InputError);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// GPU
+// ---------------------------------------------------------------------------------------------------------------
+
+#define SKIP_WITHOUT_GPU() \
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device"
+
+TimingOptions gpu_options(const std::string& mode) {
+  TimingOptions o = options(20, 300, 0.01, 10);
+  o.mode = mode;
+  return o;
+}
+
+TEST(GpuTimer, EveryModeMeasuresTwiceTheWorkAsTwice) {
+  SKIP_WITHOUT_GPU();
+  const auto opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
+  const at::Tensor a = at::randn({4096, 4096}, opts), b = at::randn({4096, 4096}, opts);
+  at::Tensor c = at::empty({4096, 4096}, opts);
+  for (const char* mode : {"cold", "hot", "graph"}) {
+    const Timing one = time_region([&] { at::mm_out(c, a, b); }, at::kCUDA, gpu_options(mode));
+    const Timing two = time_region([&] { at::mm_out(c, a, b); at::mm_out(c, b, a); }, at::kCUDA, gpu_options(mode));
+    EXPECT_EQ(one.mode, mode);
+    EXPECT_GE(one.n, 20) << mode;
+    EXPECT_NEAR(two.median_ms / one.median_ms, 2.0, 0.4) << mode << ": " << one.median_ms << " vs " << two.median_ms;
+    if (sm_clock_mhz(0)) EXPECT_GT(one.sm_clock_mhz, 0) << mode;
+  }
+}
+
+TEST(GpuTimer, ColdFlushesWhatHotFindsInL2) {
+  SKIP_WITHOUT_GPU();
+  // 8 MiB in, 8 MiB out: inside any recent L2, so only the flush makes the hot and cold samples differ.
+  const at::Tensor src = at::randn({2 << 20}, at::TensorOptions().device(at::kCUDA));
+  at::Tensor dst = at::empty_like(src);
+  const Timing hot = time_region([&] { dst.copy_(src); }, at::kCUDA, gpu_options("hot"));
+  const Timing cold = time_region([&] { dst.copy_(src); }, at::kCUDA, gpu_options("cold"));
+  EXPECT_GT(cold.median_ms, 1.05 * hot.median_ms) << "cold " << cold.median_ms << " ms, hot " << hot.median_ms;
+}
+
+TEST(GpuTimer, FailedCaptureIsReportedAndLeavesTheStreamUsable) {
+  SKIP_WITHOUT_GPU();
+  const at::Tensor x = at::randn({1024}, at::TensorOptions().device(at::kCUDA));
+  // .item() synchronises with the host, which a capturing stream does not allow.
+  try {
+    time_region([&] { (void)x.sum().item<float>(); }, at::kCUDA, gpu_options("graph"));
+    FAIL() << "capture of a host sync should fail";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("CUDA graph capture failed"), std::string::npos) << e.what();
+  }
+  const Timing after = time_region([&] { (void)x.mul(2); }, at::kCUDA, gpu_options("graph"));
+  EXPECT_GT(after.median_ms, 0);
+}
+
+}  // namespace
+}  // namespace parity
