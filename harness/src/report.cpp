@@ -15,8 +15,6 @@
 #include <map>
 #include <optional>
 #include <regex>
-#include <set>
-#include <sstream>
 
 namespace parity {
 
@@ -195,7 +193,7 @@ struct CaseView {
   std::string anchor;
   std::vector<const Baselined*> verdicts;
   bool regressed = false, ambiguous = false;
-  bool shows_trend = false;  // the first view of a case id draws its history; later runs link to it
+  std::string trend_anchor;  // the first view of a case id draws its history; later runs link to it
 };
 
 struct Model {
@@ -208,7 +206,7 @@ struct Model {
 Model build_model(const std::vector<ReportRun>& runs, const std::vector<HistoryRecord>& history) {
   Model m{runs, history, {}, {}};
   for (const auto& r : runs) m.verdicts.push_back(baselined(r.doc, history));
-  std::set<std::string> trended;
+  std::map<std::string, std::string> trended;  // case id -> anchor of the view that draws its trends
   for (size_t ri = 0; ri < runs.size(); ++ri) {
     int ci = 0;
     for (const auto& c : items(runs[ri].doc, "cases")) {
@@ -223,7 +221,7 @@ Model build_model(const std::vector<ReportRun>& runs, const std::vector<HistoryR
           v.ambiguous = v.ambiguous || ambiguous(b);
         }
       v.ambiguous = v.ambiguous && !v.regressed;
-      v.shows_trend = trended.insert(str(c, "case")).second;
+      v.trend_anchor = trended.try_emplace(str(c, "case"), v.anchor).first->second;
       m.cases.push_back(v);
     }
   }
@@ -301,7 +299,8 @@ std::string heatmap_svg(const json& hm) {
   for (const auto& [level, d] : paths)
     s += fmt::format(R"(<path class="{}" d="{}"/>)", level < 0 ? "hbad" : fmt::format("h{}", level), d);
   s += "</svg>";
-  const std::string scale = vmax > 0 ? fmt::format("max {:.2e}, log scale over 3 decades", vmax) : "exact everywhere";
+  std::string scale = vmax > 0 ? fmt::format("max {:.2e}, log scale over 3 decades", vmax) : "no finite error";
+  if (paths.contains(-1)) scale += "; purple: NaN/Inf mismatch";
   return fmt::format(R"(<figure class="heatfig">{}<figcaption>{}; cell {:.3g}×{:.3g}</figcaption></figure>)", s, scale,
                      cell_rows, cell_cols);
 }
@@ -395,9 +394,10 @@ std::string perf_bars_svg(const json& perf, const std::string& direction,
   return s;
 }
 
-// One timed path of a case over the history: its records in append order (the order commits were measured).
+// One timed path of a case over the history, on one device in one timing mode (other devices or modes are other
+// series: their times do not compare): its records in append order, the order commits were measured in.
 struct Series {
-  std::string path, direction, device;
+  std::string path, direction, device, mode;
   std::vector<HistoryRecord> records;
 };
 
@@ -407,9 +407,9 @@ std::vector<Series> series_of(const std::string& case_id, const Model& m) {
   auto add = [&](const HistoryRecord& r) {
     if (r.case_id != case_id || !timed(r)) return;
     auto it = std::find_if(out.begin(), out.end(), [&](const Series& s) {
-      return s.path == r.path && s.direction == r.direction && s.device == r.device;
+      return s.path == r.path && s.direction == r.direction && s.device == r.device && s.mode == r.mode;
     });
-    if (it == out.end()) it = out.insert(out.end(), Series{r.path, r.direction, r.device, {}});
+    if (it == out.end()) it = out.insert(out.end(), Series{r.path, r.direction, r.device, r.mode, {}});
     if (std::none_of(it->records.begin(), it->records.end(), [&](const HistoryRecord& h) { return same_run(h, r); }))
       it->records.push_back(r);
   };
@@ -774,11 +774,14 @@ std::string case_section(const CaseView& v, const Model& m) {
   for (const char* direction : {"fwd", "bwd"})
     if (const std::string bars = perf_bars_svg(perf, direction, verdict_of); !bars.empty())
       h += fmt::format("<h4>Time {} vs roofline and eager</h4>{}", direction, bars);
-  if (v.shows_trend) {
-    for (const auto& s : series_of(str(c, "case"), m))
-      h += fmt::format(R"(<h4>Trend: {} {} on {} <span class="muted">({} records)</span></h4>{})", esc(s.path),
-                       esc(s.direction), esc(s.device), s.records.size(), trend_svg(s));
-  }
+  const auto series = series_of(str(c, "case"), m);
+  if (v.trend_anchor != v.anchor && !series.empty())
+    h += fmt::format(R"(<p class="muted">Trends of this case: <a href="#{}">above</a>.</p>)", v.trend_anchor);
+  else
+    for (const auto& s : series)
+      h += fmt::format(R"(<h4>Trend: {} {} on {} <span class="muted">({}, {} records)</span></h4>{})", esc(s.path),
+                       esc(s.direction), esc(s.device), esc(s.mode.empty() ? "mode not recorded" : s.mode),
+                       s.records.size(), trend_svg(s));
   return h + "</section>";
 }
 

@@ -24,7 +24,8 @@ rc=0
 [ -s "$work/smoke.json" ] || { cat "$work/run.log"; fail "parity run --suite smoke (exit $rc) wrote no results"; }
 [ "$rc" = 0 ] || echo "note: parity run --suite smoke exited $rc; reporting its results anyway"
 
-# Twelve records of one timed path of a smoke case, the last four 25% slower: a step and a SLOWER verdict.
+# Twelve records of one timed path of a smoke case, the last four 25% slower: a step and a SLOWER verdict; their
+# numerics (max_ulp 1, max_abs 1e-7 on out) are below the fp32 run's, so the run shows as a numeric regression.
 awk 'BEGIN {
   for (i = 0; i < 12; ++i) {
     m = i < 8 ? 0.100 : 0.125
@@ -38,6 +39,10 @@ awk 'BEGIN {
     printf "\"numerics\":{\"out vs ref:fp64\":{\"max_ulp\":1,\"max_abs\":1e-7,\"mean_abs\":1e-8}}}\n"
   }
 }' >"$work/history/hc_post.jsonl"
+
+# parity run --html draws the same page from its own results.
+"$parity" run --case hc_post/hf_parity_bf16 --cpu --no-color --html "$work/run.html" >/dev/null 2>&1 || true
+grep -q '<table id="cases" class="sortable">' "$work/run.html" 2>/dev/null || fail "parity run --html wrote no report"
 
 "$parity" report --results "$work/smoke.json" --history "$work/history" --out "$work/report.html" \
   || fail "parity report failed"
@@ -74,4 +79,5 @@ need "stage table" '<table class="stages">'
 need "trend line" '<svg class="trend"[^>]*>.*<polyline points="[0-9.]+,[0-9.]+ [0-9.]+,[0-9.]+'
 need "detected step" 'class="step up"'
 need "regression verdict" 'class="pt v-slower"'
+need "regressions list" '<ul class="regressions"><li class="v-slower">'
 echo "ok: report $work/report.html, screenshot $work/report.png ($png_bytes bytes), no console output"
