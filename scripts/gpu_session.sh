@@ -26,3 +26,13 @@ t2=$(date +%s)
   >"$OUT/run-full.txt" 2>&1
 echo "run full rc=$? ($(( $(date +%s) - t2 )) s)"
 tail -60 "$OUT/run-full.txt"
+# History: the committed store plus this run, verdicts against the previous comparable record, and the report.
+mkdir -p "$OUT/history" && cp reports/history/*.jsonl "$OUT/history/" 2>/dev/null
+"$B/parity" history append "$OUT/results-gpu.json" --dir "$OUT/history" >"$OUT/history-check.txt" 2>&1
+"$B/parity" history check --dir "$OUT/history" >>"$OUT/history-check.txt" 2>&1
+echo "history check rc=$?"; grep -E 'SLOWER|FASTER|CREEP|NUMERIC' "$OUT/history-check.txt" | head -20
+"$B/parity" report --results "$OUT/results-gpu.json" --history "$OUT/history" --out "$OUT/report-gpu.html"
+echo "report rc=$?"
+# At most 8 files come back: the logs travel as one archive.
+(cd "$OUT" && tar czf logs.tar.gz gpu.txt configure.log build.log ctest.log device.txt run-full.txt history-check.txt \
+  && rm -rf gpu.txt configure.log build.log ctest.log device.txt run-full.txt history-check.txt history)

@@ -543,7 +543,7 @@ std::string markdown_summary(const GateReport& g) {
   const nlohmann::json env =
       g.results_doc.is_object() ? g.results_doc.value("environment", nlohmann::json::object()) : nlohmann::json::object();
   std::string md = fmt::format("## {} Parity gate: {} (exit {})\n\n", icon, verdict_word(code_), code_);
-  md += fmt::format("suite {} · arch {} · commit {} · {} cases\n\n", code(g.suite), code(g.arch),
+  md += fmt::format("suite {} · arch {} · commit {} · {} cases\n\n", code(g.suite), code(g.arch.empty() ? "?" : g.arch),
                     code(env.value("commit", "?") + (env.value("dirty", false) ? "-dirty" : "")), g.results.size());
   md += fmt::format("**{} paths: {} passed, {} failed, {} skipped, {} errors** · {} numeric regressions · {} slower · "
                     "{} ambiguous · {} overrides applied\n",

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 namespace parity {
@@ -29,7 +30,9 @@ std::string shell(const char* cmd) {
 nlohmann::json environment() {
   nlohmann::json env;
   env["libtorch"] = TORCH_VERSION;
-  env["commit"] = shell("git -C " PARITY_SOURCE_DIR " rev-parse --short=12 HEAD 2>/dev/null");
+  // A copy of the tree without .git (a device machine) is told its commit through PARITY_COMMIT.
+  const char* commit = std::getenv("PARITY_COMMIT");
+  env["commit"] = commit ? std::string(commit) : shell("git -C " PARITY_SOURCE_DIR " rev-parse --short=12 HEAD 2>/dev/null");
   env["dirty"] = !shell("git -C " PARITY_SOURCE_DIR " status --porcelain --untracked-files=no 2>/dev/null").empty();
 #ifdef NDEBUG
   env["build_type"] = "release";
