@@ -88,6 +88,14 @@ AllClose parse_allclose(std::string_view args, const Source& src) {
   return {.atol = values.find("atol")->second, .rtol = values.find("rtol")->second};
 }
 
+Bitwise parse_bitwise_budget(std::string_view args, const Source& src) {
+  const auto values = parse_arguments(args, "bitwise", {"max_fraction"}, src);
+  const auto f = values.find("max_fraction");
+  if (f == values.end() || !(f->second >= 0 && f->second < 1))
+    src.reject("bitwise(...) takes max_fraction in [0, 1), e.g. bitwise(max_fraction=1e-6)");
+  return {.max_fraction = f->second};
+}
+
 NaiveRelative parse_naive_relative(std::string_view args, const Source& src) {
   const auto values = parse_arguments(args, "naive_relative", {"k", "floor"}, src);
   if (!values.contains("k")) src.reject("naive_relative needs k, e.g. naive_relative(k=2, floor=1)");
@@ -108,6 +116,7 @@ PolicyKind parse_kind(std::string_view s, const Source& src) {
   const std::string_view name = trim(s.substr(0, open));
   const std::string_view args = s.substr(open + 1, s.size() - open - 2);
   if (name == "allclose") return parse_allclose(args, src);
+  if (name == "bitwise") return parse_bitwise_budget(args, src);
   if (name == "naive_relative") return parse_naive_relative(args, src);
   src.unknown();
 }
@@ -172,16 +181,17 @@ at::Tensor abs_error64(const at::Tensor& a64, const at::Tensor& e64) {
   return at::where(a64.eq(e64), 0.0, a64.sub(e64).abs());
 }
 
-Verdict check(const Bitwise&, const Inputs& in) {
+Verdict check(const Bitwise& p, const Inputs& in) {
   // Bits are compared in the dtype compare() counted in; compare() counts -0 == +0, bitwise does not.
   const at::ScalarType type = parse_dtype(in.m.dtype, "metrics");
   const at::Tensor a = in.actual.to(type), e = in.expected.to(type);
   const int64_t signed_zeros =
       a.eq(0).logical_and(e.eq(0)).logical_and(a.signbit().ne(e.signbit())).sum().item<int64_t>();
   const int64_t differing = in.m.bitwise_diff + signed_zeros;
+  const auto budget = static_cast<int64_t>(p.max_fraction * double(in.m.numel));
   Verdict v;
-  v.within = differing == 0;
-  v.measured = fmt::format("{} / {} elements differ bitwise in {} (0 allowed)", differing, in.m.numel, in.m.dtype);
+  v.within = differing <= budget;
+  v.measured = fmt::format("{} / {} elements differ bitwise in {} ({} allowed)", differing, in.m.numel, in.m.dtype, budget);
   v.allowed_abs = 0.0;
   v.unlisted_mismatches = signed_zeros;
   if (signed_zeros > 0) v.notes.push_back(fmt::format("Signed-zero differences (+0 vs -0): {}", signed_zeros));

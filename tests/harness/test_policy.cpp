@@ -307,3 +307,29 @@ TEST(Evaluate, DetailListsFirstMismatchesThenTheRest) {
 
 }  // namespace
 }  // namespace parity
+
+namespace parity {
+namespace {
+
+// The mismatch budget: bitwise elsewhere, at most max_fraction * numel elements may differ, by any amount.
+TEST(BitwiseBudget, AllowsExactlyTheBudget) {
+  const at::Tensor want = at::arange(1000, at::kFloat).div(7).to(at::kBFloat16);
+  at::Tensor got = want.clone();
+  got.view(at::kShort).narrow(0, 0, 2).add_(5);  // two elements, several ULPs off
+  const Policy one = parse_policy("bitwise(max_fraction=1e-3)", "test");   // 1 of 1000 allowed
+  const Policy two = parse_policy("bitwise(max_fraction=2e-3)", "test");   // 2 of 1000 allowed
+  EXPECT_FALSE(evaluate(one, got, want).pass);
+  EXPECT_TRUE(evaluate(two, got, want).pass);
+  EXPECT_NE(evaluate(one, got, want).summary.find("2 / 1000 elements differ bitwise in bf16 (1 allowed)"),
+            std::string::npos);
+  got.view(at::kShort).narrow(0, 10, 1).fill_(0x7fc0);  // a NaN is never within budget
+  EXPECT_FALSE(evaluate(parse_policy("bitwise(max_fraction=0.5)", "test"), got, want).pass);
+}
+
+TEST(BitwiseBudget, RejectsBadFractions) {
+  for (const char* bad : {"bitwise(max_fraction=1)", "bitwise(max_fraction=-1e-6)", "bitwise()", "bitwise(k=1)"})
+    EXPECT_THROW(parse_policy(bad, "cases/x.toml: field 'policy.out'"), InputError) << bad;
+}
+
+}  // namespace
+}  // namespace parity

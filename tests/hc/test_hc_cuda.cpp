@@ -233,23 +233,18 @@ at::Tensor hc_post_hf_sequential(const Constants& k, const TensorMap& in) {
 }
 
 // Against the LibTorch CUDA composition: every differing element within 1 bf16 ULP, and rare.
-::testing::AssertionResult within_one_ulp_rarely(const std::string& what, const at::Tensor& got,
-                                                 const at::Tensor& want) {
+// cuBLAS does not sum comb^T @ residual's four bf16 products in sequential fp32, so the mix m can land one bf16 ULP
+// away from cuda:hf's in rare elements; where post*x and m nearly cancel, that one ULP of m is many ULPs of the result
+// (measured on an H100: 22 of 33.5M elements differ, 7 of them by more than 1 ULP; 152 of 268M at pack 16384, up to
+// 32 ULP). The contract is therefore a rare-mismatch budget, as in the case file (bitwise(max_fraction=1e-6)).
+::testing::AssertionResult differs_rarely(const std::string& what, const at::Tensor& got, const at::Tensor& want) {
   const int64_t n = bitwise_diff_count(got, want);
-  const at::Tensor a = got.to(at::kDouble).cpu().flatten(), e = want.to(at::kDouble).cpu().flatten();
-  const double* pa = a.data_ptr<double>();
-  const double* pe = e.data_ptr<double>();
-  int64_t above = 0;
-  for (int64_t i = 0; i < a.numel(); ++i)
-    if (!(std::abs(pa[i] - pe[i]) <= 2 * half_ulp(std::max(std::abs(pa[i]), std::abs(pe[i])), at::kBFloat16))) ++above;
-  const int64_t allowed = 2 + got.numel() / 100000;
-  std::printf("[hc-cuda] %-58s differs from the LibTorch CUDA composition in %lld / %lld (%lld above 1 ULP)\n",
-              what.c_str(), static_cast<long long>(n), static_cast<long long>(got.numel()),
-              static_cast<long long>(above));
-  if (above == 0 && n <= allowed) return ::testing::AssertionSuccess();
+  const int64_t allowed = 2 + got.numel() / 1000000;
+  std::printf("[hc-cuda] %-58s differs from the LibTorch CUDA composition in %lld / %lld\n", what.c_str(),
+              static_cast<long long>(n), static_cast<long long>(got.numel()));
+  if (n <= allowed) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << what << ": " << n << " / " << got.numel()
-                                       << " elements differ from the LibTorch composition (" << allowed
-                                       << " allowed), " << above << " of them by more than 1 bf16 ULP";
+                                       << " elements differ from the LibTorch composition (" << allowed << " allowed)";
 }
 
 ::testing::AssertionResult bitwise(const std::string& what, const at::Tensor& got, const at::Tensor& want) {
@@ -321,7 +316,7 @@ TEST_P(CudaVariant, ForwardMatchesReference) {
     const at::Tensor& got = out.at("out");
     const at::Tensor contract = hc_post_hf_sequential(constants(ctx), in);
     EXPECT_TRUE(bitwise("out (cuda:hf vs its contract in LibTorch ops)", got, contract));
-    EXPECT_TRUE(within_one_ulp_rarely(label("out"), got, naive.out.at("out")));
+    EXPECT_TRUE(differs_rarely(label("out"), got, naive.out.at("out")));
     return;
   }
   const Expected want = run_reference(op(), ctx, in, grad_out, true);
@@ -377,7 +372,7 @@ TEST(HcPostCudaHf, BitwiseWithItsContractAtV4Width) {
   const TensorMap in = make_inputs(op, ctx, s, kSeed + 7);
   const at::Tensor got = run_forward(op, registry().variant("hc_post", "cuda:hf"), ctx, in).at("out");
   EXPECT_TRUE(bitwise("out (cuda:hf vs its contract in LibTorch ops)", got, hc_post_hf_sequential(constants(ctx), in)));
-  EXPECT_TRUE(within_one_ulp_rarely("hc_post cuda:hf bf16 h4 t2048 d4096 out", got,
+  EXPECT_TRUE(differs_rarely("hc_post cuda:hf bf16 h4 t2048 d4096 out", got,
                                     hc_post_ref(constants(ctx), in).at("out")));
 }
 

@@ -1,5 +1,7 @@
 // Tolerance policies, declared per output in case files:
 //   "bitwise"                         every element identical (+0/-0 differ here: bits are bits)
+//   "bitwise(max_fraction=F)"         bitwise except at most F * numel elements (TransformerEngine's mismatch
+//                                     budget), for paths whose only freedom is a library's summation order
 //   "ulp<=N"                          ULP distance in the output dtype at most N
 //   "allclose(atol=A, rtol=R)"        |a-e| <= A + R|e| elementwise; both A and R must be given
 //   "naive_relative(k=K, floor=F)"    max and mean |opt-ref| <= K * the same error of the naive low-precision
@@ -16,7 +18,9 @@
 
 namespace parity {
 
-struct Bitwise {};
+struct Bitwise {
+  double max_fraction = 0;  // share of elements allowed to differ
+};
 struct Ulp { int64_t max_ulp = 0; };
 struct AllClose { double atol = 0, rtol = 0; };
 struct NaiveRelative { double k = 2.0; double floor_ulps = 1.0; };
