@@ -12,6 +12,8 @@
 #include <ATen/Parallel.h>  // at::set_num_threads
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include "tests/hc/hc_variant_runs.hpp"
 #include <torch/csrc/autograd/autograd.h>
 
 #include <cmath>
@@ -81,43 +83,7 @@ TensorMap make_inputs(const Op& op, const OpContext& ctx, const Shape& s, uint64
   return in;
 }
 
-at::Tensor poisoned(at::IntArrayRef shape, at::ScalarType dtype) {
-  at::Tensor t = at::empty(shape, at::TensorOptions().dtype(dtype));
-  poison(t);
-  return t;
-}
-
-TensorMap clone(const TensorMap& m) {
-  TensorMap c;
-  for (const auto& [name, t] : m) c[name] = t.clone();
-  return c;
-}
-
-TensorMap run_forward(const Op& op, const Variant& v, const OpContext& ctx, const TensorMap& in) {
-  TensorMap out;
-  for (const TensorSpec& spec : op.output_specs(ctx, in)) out[spec.name] = poisoned(spec.shape, spec.dtype);
-  v.forward(ctx, in, out);
-  return out;
-}
-
-TensorMap run_backward(const Op& op, const Variant& v, const OpContext& ctx, const TensorMap& in,
-                       const TensorMap& fwd_out, const TensorMap& grad_out) {
-  TensorMap grads;
-  for (const std::string& name : op.grad_inputs) grads[name] = poisoned(in.at(name).sizes(), in.at(name).scalar_type());
-  v.backward(ctx, in, fwd_out, grad_out, grads);
-  return grads;
-}
-
-// Random upstream grads (never ones: a ones grad hides a transposed or mis-summed backward), in each output's dtype.
-TensorMap make_grad_out(const Op& op, const TensorMap& out) {
-  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(kSeed + 1);
-  TensorMap g;
-  for (const std::string& name : op.grad_outputs) {
-    const at::Tensor& o = out.at(name);
-    g[name] = at::normal(0.0, 1.0, o.sizes(), gen, at::TensorOptions().dtype(at::kFloat)).to(o.scalar_type());
-  }
-  return g;
-}
+using namespace parity::hc::runs;
 
 struct Expected {
   TensorMap out, grads;
@@ -274,7 +240,7 @@ TEST_P(CpuVariant, BackwardMatchesAutograd) {
   const TensorMap in = make_inputs(op(), ctx, c().shape);
   const TensorMap before = clone(in);
   const TensorMap out = run_forward(op(), variant(), ctx, in);
-  const TensorMap grad_out = make_grad_out(op(), out);
+  const TensorMap grad_out = make_grad_out(op(), out, kSeed + 1);
   const TensorMap grads = run_backward(op(), variant(), ctx, in, out, grad_out);
   expect_unchanged(before, in);
   const Expected want = reference_fp32(op(), ctx, in, grad_out);
@@ -292,7 +258,7 @@ TEST_P(CpuVariant, Deterministic) {
   auto run = [&](int n) {
     at::set_num_threads(n);
     TensorMap out = run_forward(op(), variant(), ctx, in);
-    TensorMap grads = run_backward(op(), variant(), ctx, in, out, make_grad_out(op(), out));
+    TensorMap grads = run_backward(op(), variant(), ctx, in, out, make_grad_out(op(), out, kSeed + 1));
     for (auto& [name, t] : grads) out["grad " + name] = t;
     return out;
   };
@@ -322,7 +288,7 @@ TEST(HcPostHf, Fp32StreamsAndBackwardAreV1) {
     if (dtype == at::kFloat) {
       EXPECT_TRUE(bitwise("out fp32", out_hf.at("out"), out_v1.at("out")));
     }
-    const TensorMap g = make_grad_out(op, out_v1);
+    const TensorMap g = make_grad_out(op, out_v1, kSeed + 1);
     const TensorMap gv1 = run_backward(op, v1, ctx, in, out_v1, g), ghf = run_backward(op, hf, ctx, in, out_hf, g);
     for (const auto& [name, t] : gv1) EXPECT_TRUE(bitwise("grad " + name, ghf.at(name), t));
   }
@@ -340,7 +306,7 @@ class BrokenVariants : public ::testing::Test {
     ctx = context(shape, at::kBFloat16);
     in = make_inputs(op, ctx, shape);
     out = run_forward(op, registry().variant("hc_post", "cpu:v1"), ctx, in);
-    grad_out = make_grad_out(op, out);
+    grad_out = make_grad_out(op, out, kSeed + 1);
     want = reference_fp32(op, ctx, in, grad_out);
   }
 
@@ -392,7 +358,7 @@ TEST(HcCpuInputs, Fp16StreamsAreRejectedByName) {
       const OpContext ctx = context(s, at::kHalf);
       TensorMap in = make_inputs(op, ctx, s);
       TensorMap out;
-      for (const TensorSpec& spec : op.output_specs(ctx, in)) out[spec.name] = poisoned(spec.shape, spec.dtype);
+      for (const TensorSpec& spec : op.output_specs(ctx, in)) out[spec.name] = poisoned(spec.shape, spec.dtype, at::kCPU);
       try {
         v->forward(ctx, in, out);
         ADD_FAILURE() << name << " " << v->id << " accepted fp16 streams";

@@ -19,6 +19,8 @@
 #include <ATen/Context.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include "tests/hc/hc_variant_runs.hpp"
 #include <torch/csrc/autograd/autograd.h>
 
 #include <cmath>
@@ -104,41 +106,7 @@ TensorMap make_inputs(const Op& op, const OpContext& ctx, const Shape& s, uint64
   return in;
 }
 
-at::Tensor poisoned(at::IntArrayRef shape, at::ScalarType dtype) {
-  return at::full(shape, std::numeric_limits<double>::quiet_NaN(), at::TensorOptions().dtype(dtype).device(gpu()));
-}
-
-TensorMap clone(const TensorMap& m) {
-  TensorMap c;
-  for (const auto& [name, t] : m) c[name] = t.clone();
-  return c;
-}
-
-TensorMap run_forward(const Op& op, const Variant& v, const OpContext& ctx, const TensorMap& in) {
-  TensorMap out;
-  for (const TensorSpec& spec : op.output_specs(ctx, in)) out[spec.name] = poisoned(spec.shape, spec.dtype);
-  v.forward(ctx, in, out);
-  return out;
-}
-
-TensorMap run_backward(const Op& op, const Variant& v, const OpContext& ctx, const TensorMap& in,
-                       const TensorMap& fwd_out, const TensorMap& grad_out) {
-  TensorMap grads;
-  for (const std::string& name : op.grad_inputs) grads[name] = poisoned(in.at(name).sizes(), in.at(name).scalar_type());
-  v.backward(ctx, in, fwd_out, grad_out, grads);
-  return grads;
-}
-
-// Random upstream grads (never ones: a ones grad hides a transposed or mis-summed backward), in each output's dtype.
-TensorMap make_grad_out(const Op& op, const TensorMap& out) {
-  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(kSeed + 1);
-  TensorMap g;
-  for (const std::string& name : op.grad_outputs) {
-    const at::Tensor& o = out.at(name);
-    g[name] = at::normal(0.0, 1.0, o.sizes(), gen, at::TensorOptions().dtype(at::kFloat)).to(o.scalar_type()).to(gpu());
-  }
-  return g;
-}
+using namespace parity::hc::runs;
 
 struct Expected {
   TensorMap out, grads;
@@ -310,7 +278,7 @@ TEST_P(CudaVariant, ForwardMatchesReference) {
   const TensorMap before = clone(in);
   const TensorMap out = run_forward(op(), variant(), ctx, in);
   expect_unchanged(before, in);
-  const TensorMap grad_out = make_grad_out(op(), out);
+  const TensorMap grad_out = make_grad_out(op(), out, kSeed + 1);
   const Expected naive = run_reference(op(), ctx, in, grad_out, false);
   if (hf_rounding()) {
     const at::Tensor& got = out.at("out");
@@ -331,7 +299,7 @@ TEST_P(CudaVariant, BackwardMatchesAutograd) {
   const TensorMap before = clone(in);
   const TensorMap out = run_forward(op(), variant(), ctx, in);
   const TensorMap saved = clone(out);
-  const TensorMap grad_out = make_grad_out(op(), out);
+  const TensorMap grad_out = make_grad_out(op(), out, kSeed + 1);
   const TensorMap grads = run_backward(op(), variant(), ctx, in, out, grad_out);
   expect_unchanged(before, in);
   expect_unchanged(saved, out);
@@ -349,7 +317,7 @@ TEST_P(CudaVariant, Deterministic) {
   const TensorMap in = make_inputs(op(), ctx, c().shape);
   auto run = [&] {
     TensorMap out = run_forward(op(), variant(), ctx, in);
-    TensorMap grads = run_backward(op(), variant(), ctx, in, out, make_grad_out(op(), out));
+    TensorMap grads = run_backward(op(), variant(), ctx, in, out, make_grad_out(op(), out, kSeed + 1));
     for (auto& [name, t] : grads) out["grad " + name] = t;
     return out;
   };
@@ -385,7 +353,7 @@ TEST(HcPostCudaHf, BackwardIsV1) {
   const Variant& v1 = registry().variant("hc_post", "cuda:v1");
   const Variant& hf = registry().variant("hc_post", "cuda:hf");
   const TensorMap out = run_forward(op, v1, ctx, in);
-  const TensorMap g = make_grad_out(op, out);
+  const TensorMap g = make_grad_out(op, out, kSeed + 1);
   const TensorMap gv1 = run_backward(op, v1, ctx, in, out, g), ghf = run_backward(op, hf, ctx, in, out, g);
   for (const auto& [name, t] : gv1) EXPECT_TRUE(bitwise("grad " + name, ghf.at(name), t));
 }
@@ -404,7 +372,7 @@ TEST(HcCudaInputs, Fp16StreamsAreRejectedByName) {
       const OpContext ctx = context(s, at::kHalf);
       TensorMap in = make_inputs(op, ctx, s);
       TensorMap out;
-      for (const TensorSpec& spec : op.output_specs(ctx, in)) out[spec.name] = poisoned(spec.shape, spec.dtype);
+      for (const TensorSpec& spec : op.output_specs(ctx, in)) out[spec.name] = poisoned(spec.shape, spec.dtype, gpu());
       try {
         v->forward(ctx, in, out);
         ADD_FAILURE() << name << " " << v->id << " accepted fp16 streams";
@@ -423,7 +391,7 @@ TEST(HcCudaInputs, CpuTensorsAndWideHcAreRejected) {
     const OpContext ctx = context(s, at::kBFloat16);
     TensorMap in = op.make_inputs(ctx, kSeed, at::kCPU);
     TensorMap out;
-    for (const TensorSpec& spec : op.output_specs(ctx, in)) out[spec.name] = poisoned(spec.shape, spec.dtype);
+    for (const TensorSpec& spec : op.output_specs(ctx, in)) out[spec.name] = poisoned(spec.shape, spec.dtype, gpu());
     EXPECT_THROW(v.forward(ctx, in, out), InputError);
   }
   {
@@ -431,7 +399,7 @@ TEST(HcCudaInputs, CpuTensorsAndWideHcAreRejected) {
     const OpContext ctx = context(s, at::kBFloat16);
     TensorMap in = make_inputs(op, ctx, s);
     TensorMap out;
-    for (const TensorSpec& spec : op.output_specs(ctx, in)) out[spec.name] = poisoned(spec.shape, spec.dtype);
+    for (const TensorSpec& spec : op.output_specs(ctx, in)) out[spec.name] = poisoned(spec.shape, spec.dtype, gpu());
     EXPECT_THROW(v.forward(ctx, in, out), InputError);
   }
 }
