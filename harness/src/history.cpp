@@ -244,6 +244,19 @@ std::optional<Weakness> weak_evidence(const HistoryRecord& b, const HistoryRecor
 
 std::string HistoryRecord::key() const { return case_id + "|" + path + "|" + direction; }
 
+void set_timing(HistoryRecord& r, const Timing& t) {
+  r.mode = t.mode;
+  r.median_ms = t.median_ms;
+  r.q1_ms = t.q1_ms;
+  r.q3_ms = t.q3_ms;
+  r.min_ms = t.min_ms;
+  r.rel_noise = t.rel_noise;
+  r.sm_clock_mhz = t.sm_clock_mhz;
+  r.n = t.n;
+  r.dropped_throttled = t.dropped_throttled;
+  r.samples_ms = t.samples_ms;
+}
+
 json to_json(const HistoryRecord& r) {
   json j{{"schema", kHistorySchema}, {"case", r.case_id},     {"path", r.path},
          {"direction", r.direction}, {"device", r.device},    {"driver", r.driver},

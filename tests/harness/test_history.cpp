@@ -68,14 +68,7 @@ HistoryRecord timed(const std::vector<double>& samples) {
   r.direction = "fwd";
   r.device = "test cpu (2 threads)";
   r.build_type = "release";
-  r.mode = t.mode;
-  r.median_ms = t.median_ms;
-  r.q1_ms = t.q1_ms;
-  r.q3_ms = t.q3_ms;
-  r.min_ms = t.min_ms;
-  r.rel_noise = t.rel_noise;
-  r.n = t.n;
-  r.samples_ms = t.samples_ms;
+  set_timing(r, t);
   return r;
 }
 

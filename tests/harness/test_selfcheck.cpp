@@ -47,14 +47,7 @@ HistoryRecord measure(const std::string& variant) {
   r.path = "cpu:v1";  // planted:slow too: the same key, so the comparison is the timing alone
   r.direction = "fwd";
   r.device = "this machine";
-  r.mode = t.mode;
-  r.median_ms = t.median_ms;
-  r.q1_ms = t.q1_ms;
-  r.q3_ms = t.q3_ms;
-  r.min_ms = t.min_ms;
-  r.rel_noise = t.rel_noise;
-  r.n = t.n;
-  r.samples_ms = t.samples_ms;
+  set_timing(r, t);
   return r;
 }
 

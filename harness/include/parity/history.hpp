@@ -11,6 +11,8 @@
 // must judge, so a changed hash only attributes the movement to the path's own code (asv's "x" is about the
 // benchmark's definition, which here is the case, fixed by its key).
 #pragma once
+#include <parity/perf.hpp>
+
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
@@ -36,6 +38,9 @@ struct HistoryRecord {
   std::map<std::string, NumericRecord> numerics;  // "<tensor> vs <against>"
   std::string key() const;                        // "case|path|direction"
 };
+
+// Copies a measurement's statistics (mode, median, quartiles, noise, samples) into a record.
+void set_timing(HistoryRecord& r, const Timing& t);
 
 nlohmann::json to_json(const HistoryRecord& r);
 HistoryRecord history_record_from_json(const nlohmann::json& j, const std::string& where);  // InputError naming where
