@@ -4,6 +4,7 @@
 
 #include <parity/baseline.hpp>
 #include <parity/error.hpp>
+#include <parity/results.hpp>
 
 #include <fmt/format.h>
 
@@ -28,20 +29,6 @@ std::string author(const BaselineArgs& a) {
   const std::string name = git_user_name();
   if (name.empty()) throw InputError("--who: git has no user.name here; say who makes this change");
   return name;
-}
-
-nlohmann::json read_results(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError(fmt::format("{}: cannot open results", path.string()));
-  nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(fmt::format("{}: not JSON: {}", path.string(), e.what()));
-  }
-  if (!doc.is_object() || doc.value("schema", "") != "parity.results/1" || !doc.contains("cases"))
-    throw InputError(fmt::format("{}: not a parity results document (schema 'parity.results/1')", path.string()));
-  return doc;
 }
 
 int update(const BaselineArgs& a) {

@@ -3,9 +3,11 @@
 
 #include <parity/bisect.hpp>
 #include <parity/error.hpp>
+#include <parity/results.hpp>
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <iostream>
 
 namespace parity::cli {
@@ -40,7 +42,9 @@ Command add_bisect(CLI::App& app) {
   struct State {
     Dirs dirs;
     std::string case_id, variant, good, bad, build, run, repo = PARITY_SOURCE_DIR;
-    bool cpu_only = false;
+    std::string path, baseline, candidate;
+    double threshold = VerdictOptions{}.threshold;
+    bool cpu_only = false, perf = false;
   };
   auto st = std::make_shared<State>();
   CLI::App* bisect = app.add_subcommand("bisect", "find the stage or the commit where a case goes wrong");
@@ -59,8 +63,27 @@ Command add_bisect(CLI::App& app) {
   commits->add_option("--build", st->build, "build command in the worktree (default: configure and build parity)");
   commits->add_option("--run", st->run, "test command in the worktree: exit 0 good, 1 bad, else skip");
   commits->add_option("--repo", st->repo, "repository to bisect (default: this source tree)");
+  commits->add_flag("--perf", st->perf,
+                    "bisect a slowdown: time the case at each step against the good revision's timing; SLOWER is "
+                    "bad, AMBIGUOUS skips (with --run: the command writes its results to $PARITY_BISECT_RESULTS)");
+  commits->add_option("--path", st->path, "with --perf: judge only this path, e.g. cpu:v1 (default: every variant)");
+  commits->add_option("--threshold", st->threshold, "with --perf: relative gap for a SLOWER verdict")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
 
-  return {bisect, [st, stages, commits] {
+  // What each step of a perf bisection calls, in this binary: the verdict logic stays that of the build that
+  // bisects, whatever the bisected commits' harness knew.
+  CLI::App* verdict = bisect->add_subcommand(
+      "verdict", "one perf-bisection step: a results document against a baseline one; exit 0 SAME/FASTER, "
+                 "1 SLOWER, 125 AMBIGUOUS/NOT-COMPARABLE (git bisect's skip)");
+  verdict->add_option("--baseline", st->baseline, "results document of the good revision")->required();
+  verdict->add_option("--candidate", st->candidate, "results document of the step")->required();
+  verdict->add_option("--path", st->path, "judge only this path");
+  verdict->add_option("--threshold", st->threshold, "relative gap for FASTER/SLOWER")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+
+  return {bisect, [st, stages, verdict] {
             if (*stages) {
               const Registry& reg = Registry::global();
               const auto cases = select_cases(load_cases(st->dirs.case_dirs(), reg), "all", {st->case_id});
@@ -76,19 +99,30 @@ Command add_bisect(CLI::App& app) {
               std::cout << format_stage_bisection(b);
               return b.first_divergent ? 1 : 0;
             }
+            if (*verdict) {
+              const PerfStepVerdict v = judge_perf_step(read_results(st->baseline), read_results(st->candidate), st->path,
+                                                        {.threshold = st->threshold});
+              std::cout << v.text;
+              return v.exit_code;
+            }
             if (st->run.empty() && st->case_id.empty()) throw InputError("bisect commits needs --case or --run");
-            CommitBisectOptions o{st->repo, st->good, st->bad, st->build, st->run};
+            CommitBisectOptions o{st->repo, st->good, st->bad, st->build, st->run, ""};
             if (o.run.empty()) {
               o.build = o.build.empty() ? default_build() : o.build;
               o.run = fmt::format("./.parity-build/parity run --case {} --no-color", shell_quote(st->case_id));
+              if (st->perf) o.run += " --perf --json \"$PARITY_BISECT_RESULTS\"";
             }
+            if (st->perf)
+              o.judge = fmt::format("{} bisect verdict --threshold {}{}",
+                                    shell_quote(std::filesystem::read_symlink("/proc/self/exe").string()),
+                                    st->threshold, st->path.empty() ? "" : " --path " + shell_quote(st->path));
             const CommitBisection r = bisect_commits(o);
             std::cout << r.log << "\n";
             if (!r.found) {
               std::cout << "no first bad commit found: " << r.summary << "\n";
               return 2;
             }
-            std::cout << fmt::format("first bad commit: {}\n  {}\n", r.first_bad, r.summary);
+            std::cout << fmt::format("first bad commit: {}\n  {}\n{}\n", r.first_bad, r.summary, r.first_bad_log);
             return 0;
           }};
 }

@@ -7,6 +7,7 @@
 #include "harness/cli/command.hpp"
 
 #include <parity/error.hpp>
+#include <parity/results.hpp>
 #include <parity/history.hpp>
 
 #include <fmt/format.h>
@@ -21,20 +22,6 @@ namespace fs = std::filesystem;
 namespace {
 
 using Records = std::vector<const HistoryRecord*>;  // one key's records, oldest first
-
-nlohmann::json read_results(const std::string& file) {
-  std::ifstream in(file);
-  if (!in) throw InputError(fmt::format("{}: cannot open results document", file));
-  nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(fmt::format("{}: not valid JSON: {}", file, e.what()));
-  }
-  if (!doc.is_object() || doc.value("schema", "") != "parity.results/1")
-    throw InputError(fmt::format("{}: not a parity results document (schema 'parity.results/1')", file));
-  return doc;
-}
 
 int append(const std::string& results, const fs::path& dir) {
   const std::vector<HistoryRecord> records = records_from_results(read_results(results));

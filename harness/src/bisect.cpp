@@ -140,6 +140,60 @@ std::string must(const std::string& cmd, const std::string& what) {
   return trim(r.out);
 }
 
+// The step script maps the outcome of one commit to git bisect's codes: build failures and undecidable runs skip
+// (125) instead of misleading the search. `step.sh baseline` builds and runs the good revision of a perf bisection,
+// keeping its results document as the baseline. Each commit's output goes to the log under "=== <hash>", ending
+// with a "--> good | bad | skip" line.
+std::string step_script(const CommitBisectOptions& o, const std::filesystem::path& worktree,
+                        const std::filesystem::path& tmp) {
+  const std::string judge =
+      o.judge.empty()
+          ? "case $rc in 0) echo '--> good' >>\"$log\"; exit 0;; 1) echo '--> bad' >>\"$log\"; exit 1;; esac\n"
+            "echo \"--> skip: run exit $rc\" >>\"$log\"; exit 125\n"
+          : fmt::format(
+                "[ $rc = 0 ] || {{ echo \"--> skip: run exit $rc (a parity failure or an error: no speed to judge)\" "
+                ">>\"$log\"; exit 125; }}\n"
+                "{judge} --baseline {baseline} --candidate \"$PARITY_BISECT_RESULTS\" >>\"$log\" 2>&1\n"
+                "jc=$?\n"
+                "case $jc in 0) echo '--> good' >>\"$log\"; exit 0;; 1) echo '--> bad' >>\"$log\"; exit 1;; esac\n"
+                "echo \"--> skip: no decisive verdict (judge exit $jc)\" >>\"$log\"; exit 125\n",
+                fmt::arg("judge", o.judge), fmt::arg("baseline", quote((tmp / "baseline.json").string())));
+  return fmt::format(
+      "#!/usr/bin/env bash\n"
+      "log={log}\n"
+      "cd {wt} || exit 125\n"
+      "echo \"=== $(git rev-parse HEAD)\" >>\"$log\"\n"
+      "( {build} ) >>\"$log\" 2>&1 || {{ echo '--> skip: build failed' >>\"$log\"; exit 125; }}\n"
+      "export PARITY_BISECT_RESULTS={results}\n"
+      "[ \"${{1:-}}\" = baseline ] && PARITY_BISECT_RESULTS={baseline}\n"
+      "rm -f \"$PARITY_BISECT_RESULTS\"\n"
+      "( {run} ) >>\"$log\" 2>&1\n"
+      "rc=$?\n"
+      "[ \"${{1:-}}\" = baseline ] && {{ echo \"--> baseline: run exit $rc\" >>\"$log\"; exit $rc; }}\n"
+      "{judge}",
+      fmt::arg("log", quote((tmp / "steps.log").string())), fmt::arg("wt", quote(worktree.string())),
+      fmt::arg("build", o.build.empty() ? "true" : o.build), fmt::arg("run", o.run),
+      fmt::arg("results", quote((tmp / "step.json").string())),
+      fmt::arg("baseline", quote((tmp / "baseline.json").string())), fmt::arg("judge", judge));
+}
+
+// The "=== <hash>" blocks of the steps log that belong to `hash` (a commit can be run twice: as an end, then by
+// git bisect), the last one.
+std::string step_block(const std::string& log, const std::string& hash) {
+  const std::string header = "=== " + hash + "\n";
+  const auto at = log.rfind(header);
+  if (at == std::string::npos) return "";
+  const auto next = log.find("\n=== ", at + header.size() - 1);
+  return trim(log.substr(at, next == std::string::npos ? std::string::npos : next + 1 - at));
+}
+
+std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 }  // namespace
 
 CommitBisection bisect_commits(const CommitBisectOptions& o) {
@@ -149,54 +203,85 @@ CommitBisection bisect_commits(const CommitBisectOptions& o) {
   const auto tmp = std::filesystem::temp_directory_path() / fmt::format("parity-bisect-{}", ::getpid());
   const auto worktree = tmp / "worktree";
   std::filesystem::create_directories(tmp);
-  // The step script maps the outcome of one commit to git bisect's codes: build failures and undecidable
-  // runs skip (125) instead of misleading the search.
   const auto step = tmp / "step.sh";
   {
-    std::FILE* f = std::fopen(step.c_str(), "w");
-    if (!f) throw std::runtime_error("cannot write " + step.string());
-    const std::string script = fmt::format(
-        "#!/usr/bin/env bash\n"
-        "cd {wt} || exit 125\n"
-        "( {build} ) >>{log} 2>&1 || {{ echo \"build failed at $(git rev-parse --short HEAD): skip\" >>{log}; exit 125; }}\n"
-        "( {run} ) >>{log} 2>&1\n"
-        "rc=$?\n"
-        "echo \"$(git rev-parse --short HEAD): run exit $rc\" >>{log}\n"
-        "case $rc in 0) exit 0;; 1) exit 1;; *) exit 125;; esac\n",
-        fmt::arg("wt", quote(worktree.string())), fmt::arg("build", o.build.empty() ? "true" : o.build),
-        fmt::arg("run", o.run), fmt::arg("log", quote((tmp / "steps.log").string())));
-    std::fputs(script.c_str(), f);
-    std::fclose(f);
+    std::ofstream f(step);
+    f << step_script(o, worktree, tmp);
+    if (!f.flush()) throw std::runtime_error("cannot write " + step.string());
   }
   CommitBisection res;
   must(git + " worktree add --detach " + quote(worktree.string()) + " " + bad, "git worktree add");
   const std::string wgit = "git -C " + quote(worktree.string());
-  try {
-    must(wgit + " bisect start " + bad + " " + good, "git bisect start");
-    Shell run = sh(wgit + " bisect run bash " + quote(step.string()));
-    res.log = sh(wgit + " bisect log").out;
-    const auto pos = run.out.find(" is the first bad commit");
-    if (pos != std::string::npos) {
-      const auto start = run.out.rfind('\n', pos);
-      res.first_bad = trim(run.out.substr(start == std::string::npos ? 0 : start + 1, pos - (start == std::string::npos ? 0 : start + 1)));
-      res.found = true;
-      res.summary = trim(sh(git + " log -1 --format='%h %s' " + res.first_bad).out);
-    } else {
-      res.summary = trim(run.out);
-    }
-    sh(wgit + " bisect reset");
-  } catch (...) {
+  const auto run_at = [&](const std::string& rev, const std::string& arg) {
+    must(wgit + " checkout -q --detach " + rev, "git checkout");
+    return sh("bash " + quote(step.string()) + arg).code;
+  };
+  const auto cleanup = [&] {
     sh(wgit + " bisect reset");
     sh(git + " worktree remove --force " + quote(worktree.string()));
+  };
+  try {
+    const int at_good = run_at(good, o.judge.empty() ? "" : " baseline");
+    const int at_bad = at_good == 0 ? run_at(bad, "") : -1;
+    if (at_good != 0) {
+      res.summary = o.judge.empty() ? fmt::format("the good revision {} does not pass (step exit {})", o.good, at_good)
+                                    : fmt::format("the good revision {} could not be built and timed", o.good);
+    } else if (at_bad != 1) {
+      res.summary = fmt::format("the bad revision {} is not bad ({})", o.bad,
+                                at_bad == 0 ? "it passes" : "undecidable: build failed, or no decisive verdict");
+    } else {
+      must(wgit + " bisect start " + bad + " " + good, "git bisect start");
+      Shell run = sh(wgit + " bisect run bash " + quote(step.string()));
+      res.log = sh(wgit + " bisect log").out;
+      const auto pos = run.out.find(" is the first bad commit");
+      if (pos != std::string::npos) {
+        const auto start = run.out.rfind('\n', pos);
+        const auto from = start == std::string::npos ? 0 : start + 1;
+        res.first_bad = trim(run.out.substr(from, pos - from));
+        res.found = true;
+        res.summary = trim(sh(git + " log -1 --format='%h %s' " + res.first_bad).out);
+      } else {
+        res.summary = trim(run.out);
+      }
+    }
+  } catch (...) {
+    cleanup();
     throw;
   }
-  sh(git + " worktree remove --force " + quote(worktree.string()));
-  std::ifstream steps(tmp / "steps.log");
-  std::stringstream ss;
-  ss << steps.rdbuf();
-  res.log += "\n" + ss.str();
+  cleanup();
+  const std::string steps = read_text(tmp / "steps.log");
+  if (res.found) res.first_bad_log = step_block(steps, res.first_bad);
+  res.log += "\n" + steps;
   std::filesystem::remove_all(tmp);
   return res;
+}
+
+PerfStepVerdict judge_perf_step(const nlohmann::json& baseline, const nlohmann::json& candidate,
+                                const std::string& path, const VerdictOptions& o) {
+  std::map<std::string, HistoryRecord> base;
+  for (auto& r : records_from_results(baseline))
+    if (r.n > 0) base.emplace(r.key(), std::move(r));
+  PerfStepVerdict out;
+  bool slower = false, undecided = false, compared = false;
+  for (const auto& r : records_from_results(candidate)) {
+    if (r.n == 0 || r.path == "eager" || (!path.empty() && r.path != path)) continue;
+    const auto b = base.find(r.key());
+    if (b == base.end()) {
+      out.text += fmt::format("{} {} {}: no baseline timing\n", r.case_id, r.path, r.direction);
+      undecided = true;
+      continue;
+    }
+    const PerfVerdict v = compare_perf(b->second, r, o);
+    compared = true;
+    slower |= v.verdict == Verdict::slower;
+    undecided |= v.verdict == Verdict::ambiguous || v.verdict == Verdict::not_comparable;
+    out.text += fmt::format("{} {} {}: {} x{:.3f} (median {:.4g} -> {:.4g} ms, p={:.2g}) {}{}\n", r.case_id, r.path,
+                            r.direction, verdict_name(v.verdict), v.ratio, b->second.median_ms, r.median_ms,
+                            v.p_value, v.reason, v.next.empty() ? "" : "; " + v.next);
+  }
+  if (!compared) out.text += "nothing to compare: no timed path of the candidate has a baseline timing\n";
+  out.exit_code = slower ? 1 : (undecided || !compared) ? 125 : 0;
+  return out;
 }
 
 }  // namespace parity

@@ -319,6 +319,7 @@ std::vector<HistoryRecord> records_from_results(const json& doc) {
     const std::string case_id = c.value("case", ""), op = c.value("op", op_of(case_id));
     const std::string family = reg.has_op(op) ? reg.op(op).family : op;
     const auto [device, driver] = device_of(c, env);
+    const json hashes = c.value("source_hashes", json::object());
     std::map<std::string, size_t> index;  // "path|direction" -> position in `records`
     auto record = [&](const std::string& path, const std::string& direction) -> HistoryRecord& {
       const auto [it, added] = index.emplace(path + "|" + direction, records.size());
@@ -332,7 +333,7 @@ std::vector<HistoryRecord> records_from_results(const json& doc) {
         r.commit = commit_of(env);
         r.build_type = env.value("build_type", "");
         r.date = env.value("date", "");
-        r.source_hash = source_hash(path, family);
+        r.source_hash = hashes.contains(path) ? hashes.at(path).get<std::string>() : source_hash(path, family);
         records.push_back(std::move(r));
       }
       return records[it->second];

@@ -58,10 +58,13 @@ void add_generic(Registry& reg, const Variant base) {
                  b(c, in, out);
                  if ((*calls)++ % 2) bump_one_ulp(first_flat(out));
                }));
-  reg.add(wrap(base, "planted:slow", "does its work twice (a 2x slowdown)",
+  // The repeat count is a case constant so that a test can time the same path key before (1) and after (2) the
+  // regression: perf verdicts compare records of one case, path and direction.
+  reg.add(wrap(base, "planted:slow", "does its work planted_repeats times (default 2: a 2x slowdown)",
                [b](const OpContext& c, const TensorMap& in, TensorMap& out) {
-                 b(c, in, out);
-                 b(c, in, out);
+                 const auto it = c.constants.find("planted_repeats");
+                 const int repeats = it == c.constants.end() ? 2 : static_cast<int>(it->second);
+                 for (int i = 0; i < repeats; ++i) b(c, in, out);
                }));
 }
 

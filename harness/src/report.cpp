@@ -5,6 +5,7 @@
 #include <parity/history.hpp>
 #include <parity/op.hpp>
 #include <parity/report.hpp>
+#include <parity/results.hpp>
 
 #include <fmt/format.h>
 
@@ -843,21 +844,7 @@ constexpr const char* kSortScript = R"(
 
 }  // namespace
 
-ReportRun read_results_document(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError(fmt::format("{}: cannot read the results document", path.string()));
-  json doc;
-  try {
-    doc = json::parse(in);
-  } catch (const json::parse_error& e) {
-    throw InputError(fmt::format("{}: not JSON: {}", path.string(), e.what()));
-  }
-  if (!doc.is_object() || str(doc, "schema") != "parity.results/1")
-    throw InputError(fmt::format("{}: field 'schema' is not \"parity.results/1\" (write one with parity run --json)",
-                                 path.string()));
-  if (!field(doc, "cases").is_array()) throw InputError(fmt::format("{}: field 'cases' is not an array", path.string()));
-  return {std::move(doc), path.string()};
-}
+ReportRun read_results_document(const std::filesystem::path& path) { return {read_results(path), path.string()}; }
 
 std::string render_html_report(const std::vector<ReportRun>& runs, const std::vector<HistoryRecord>& history) {
   const Model m = build_model(runs, history);

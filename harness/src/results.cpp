@@ -1,5 +1,7 @@
 // JSON results, the terminal table and the exit-code rule.
 #include <parity/op.hpp>
+#include <parity/error.hpp>
+#include <parity/history.hpp>
 #include <parity/results.hpp>
 
 #include <fmt/format.h>
@@ -97,6 +99,16 @@ nlohmann::json to_json(const CaseResult& r) {
   for (const auto& g : r.guards)
     j["guards"].push_back({{"variant", g.variant}, {"guard", g.name}, {"pass", g.pass}, {"message", g.message}});
   if (r.perf) j["perf"] = to_json(*r.perf);
+  // Each path's source, hashed by the build that ran it: a document judged by another build (a commit bisection
+  // judges a worktree's runs) still attributes a change to the code that ran.
+  const Registry& reg = Registry::global();
+  const std::string family = reg.has_op(r.op) ? reg.op(r.op).family : r.op;
+  nlohmann::json hashes = nlohmann::json::object();
+  for (const auto& c : r.checks)
+    if (!c.variant.empty()) hashes[c.variant] = source_hash(c.variant, family);
+  if (r.perf)
+    for (const auto& e : r.perf->entries) hashes[e.path] = source_hash(e.path, family);
+  j["source_hashes"] = std::move(hashes);
   return j;
 }
 
@@ -104,6 +116,23 @@ nlohmann::json results_document(const std::vector<CaseResult>& results) {
   nlohmann::json doc{{"schema", "parity.results/1"}, {"environment", environment()}};
   doc["cases"] = nlohmann::json::array();
   for (const auto& r : results) doc["cases"].push_back(to_json(r));
+  return doc;
+}
+
+nlohmann::json read_results(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(fmt::format("{}: cannot read the results document", path.string()));
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("{}: not JSON: {}", path.string(), e.what()));
+  }
+  if (!doc.is_object() || doc.value("schema", "") != "parity.results/1")
+    throw InputError(fmt::format("{}: field 'schema' is not \"parity.results/1\" (write one with parity run --json)",
+                                 path.string()));
+  if (!doc.contains("cases") || !doc["cases"].is_array())
+    throw InputError(fmt::format("{}: field 'cases' is not an array", path.string()));
   return doc;
 }
 

@@ -25,4 +25,8 @@ grep -q "first bad commit: $first_bad" <<<"$out" || fail "did not name step 5 ($
 [ -z "$(git status --porcelain)" ] || fail "working tree changed"
 [ "$(git worktree list | wc -l)" = 1 ] || fail "a worktree was left behind"
 [ -z "$(git for-each-ref refs/bisect)" ] || fail "bisect refs left behind"
+# git bisect takes its ends on trust; Parity checks them: a --good that fails is refused before any search.
+out=$("$parity" bisect commits --repo "$repo" --good HEAD~1 --bad HEAD --build 'test ! -f broken' --run 'bash check.sh' 2>&1)
+[ $? = 2 ] && grep -qF "the good revision HEAD~1 does not pass (step exit 1)" <<<"$out" || fail "a failing --good was bisected"
+[ "$(git worktree list | wc -l)" = 1 ] || fail "a worktree was left behind after refusing"
 echo "ok: named $first_bad, repository unchanged"

@@ -17,22 +17,22 @@ parity_cli_test(unknown_case 2 "no case 'hc_post/nope'" run --case hc_post/nope)
 parity_cli_test(bad_flag 2 "bogus" run --bogus)
 parity_cli_test(golden_verify 0 "OK .*hc_post_tiny_fp32.h5" golden verify)
 
-# Planted faults: the controls pass; each fault fails (exit 1) with a message naming what broke.
+# Planted faults: the controls pass the gate; the gate fails each fault (exit 1) with a message naming what broke.
 set(PLANTED --cases-dir ${DATA}/planted --no-color)
-parity_cli_test(planted_control_hf 0 "1 passed, 0 failed" run --case hc_post/planted_control_hf ${PLANTED})
-parity_cli_test(planted_control_v1 0 "1 passed, 0 failed" run --case hc_post/planted_control_v1 ${PLANTED})
-parity_cli_test(planted_ulp 1 "planted:ulp out vs ref:hf +policy bitwise" run --case hc_post/planted_ulp ${PLANTED})
-parity_cli_test(planted_nan 1 "planted:nan +FAIL +out vs ref:hf: 1 NaN mismatch" run --case hc_post/planted_nan ${PLANTED})
+parity_cli_test(planted_control_hf 0 "gate: PASS \\(exit 0\\)" gate --case hc_post/planted_control_hf ${PLANTED})
+parity_cli_test(planted_control_v1 0 "gate: PASS \\(exit 0\\)" gate --case hc_post/planted_control_v1 ${PLANTED})
+parity_cli_test(planted_ulp 1 "planted:ulp out vs ref:hf +policy bitwise" gate --case hc_post/planted_ulp ${PLANTED})
+parity_cli_test(planted_nan 1 "planted:nan +FAIL +out vs ref:hf: 1 NaN mismatch" gate --case hc_post/planted_nan ${PLANTED})
 parity_cli_test(planted_mutate_input 1 "planted:mutate_input guard 'forward: inputs unchanged': modified in place: 'comb' 1 of"
-  run --case hc_post/planted_mutate_input ${PLANTED})
+  gate --case hc_post/planted_mutate_input ${PLANTED})
 parity_cli_test(planted_unwritten 1 "guard 'forward: every output element written': never written .still poison.: 'out' 1 of"
-  run --case hc_post/planted_unwritten ${PLANTED})
+  gate --case hc_post/planted_unwritten ${PLANTED})
 parity_cli_test(planted_nondeterministic 1 "guard 'forward: deterministic .two runs bitwise equal.': run-to-run: 'out' 1 of [0-9]+ elements differ"
-  run --case hc_post/planted_nondeterministic ${PLANTED})
+  gate --case hc_post/planted_nondeterministic ${PLANTED})
 parity_cli_test(planted_comb_untransposed 1 "planted:comb_untransposed out vs ref:fp64 +policy naive_relative"
-  run --case hc_post/planted_comb_untransposed ${PLANTED})
+  gate --case hc_post/planted_comb_untransposed ${PLANTED})
 parity_cli_test(planted_extra_bf16_round 1 "planted:extra_bf16_round out vs ref:fp64 +policy allclose"
-  run --case hc_post/planted_extra_bf16_round ${PLANTED})
+  gate --case hc_post/planted_extra_bf16_round ${PLANTED})
 
 # A golden file changed after its manifest entry was written is refused (exit 2, naming file and hash).
 add_test(NAME cli/tampered_golden COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/tampered_golden.sh $<TARGET_FILE:parity>
@@ -65,10 +65,19 @@ set_tests_properties(cli/compare_roundtrip PROPERTIES LABELS cli SKIP_REGULAR_EX
 parity_cli_test(compare_needs_a_file 2 "give --export-inputs FILE, --candidate FILE, or both"
   compare --case hc_post/hf_tiny_bf16)
 
+# The gate's perf verdicts: a null run passes again and again; a kernel slowed down 2x fails, named. Timed: serial.
+add_test(NAME cli/gate_slowdown COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/gate_slowdown.sh $<TARGET_FILE:parity>
+  ${DATA}/slow)
+set_tests_properties(cli/gate_slowdown PROPERTIES LABELS cli RUN_SERIAL ON)
+
 # Bisection: stage bisection names the planted stage; a clean case has no divergent stage; commit bisection finds
-# a planted regressing commit in a small repository and leaves it as found.
+# a planted regressing commit in a small repository and leaves it as found; perf bisection finds a planted 2x
+# slowdown, skipping the commits it cannot judge. Timed: serial.
 parity_cli_test(bisect_stages_planted 1 "first divergent stage: gates"
   bisect stages --case hc_pre/planted_pre_rounded --variant planted:pre_rounded --cases-dir ${DATA}/planted)
 parity_cli_test(bisect_stages_clean 0 "no stage diverges on its own" bisect stages --case hc_pre/v4_small --variant cpu:v1)
 add_test(NAME cli/bisect_commits COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/bisect_commits.sh $<TARGET_FILE:parity>)
 set_tests_properties(cli/bisect_commits PROPERTIES LABELS cli)
+add_test(NAME cli/bisect_perf COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/bisect_perf.sh $<TARGET_FILE:parity>
+  ${DATA}/slow)
+set_tests_properties(cli/bisect_perf PROPERTIES LABELS cli RUN_SERIAL ON)

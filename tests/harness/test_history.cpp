@@ -300,6 +300,22 @@ TEST(RecordsFromResults, OneRecordPerTimedOrCheckedPath) {
   EXPECT_NE(fwd.source_hash, records[2].source_hash);
 }
 
+// A document carries the hashes of the build that ran it (a worktree's, in commit bisection): they win over this
+// checkout's; a path it has none for falls back to this checkout.
+TEST(RecordsFromResults, SourceHashFromTheDocument) {
+  nlohmann::json doc = {{"schema", "parity.results/1"},
+                        {"environment", nlohmann::json::object()},
+                        {"cases",
+                         {{{"case", "hc_post/tiny"},
+                           {"op", "hc_post"},
+                           {"source_hashes", {{"cpu:v1", "feed"}}},
+                           {"perf", {{"entries", {entry("cpu:v1", "fwd", 1.0, 12), entry("eager", "fwd", 2.0, 12)}}}}}}}};
+  const auto records = records_from_results(doc);
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[0].source_hash, "feed");
+  EXPECT_EQ(records[1].source_hash, source_hash("eager", "hc"));
+}
+
 TEST_F(HistoryDir, SourceHashFollowsTheFiles) {
   fs::create_directories(dir_ / "kernels/cpu");
   const std::string absent = source_hash("cpu:v1", "f", dir_);

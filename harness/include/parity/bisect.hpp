@@ -1,6 +1,7 @@
 // Bisection: which stage of an op first diverges, and which commit broke a case.
 #pragma once
 #include <parity/case.hpp>
+#include <parity/history.hpp>
 #include <parity/runner.hpp>
 
 #include <filesystem>
@@ -31,21 +32,40 @@ struct StageBisection {
 StageBisection bisect_stages(const Case& c, const Registry& reg, const std::string& variant, const RunOptions& opts);
 std::string format_stage_bisection(const StageBisection& b);
 
-// git bisect between two revisions in a separate worktree, building and running a case at each step.
+// git bisect between two revisions in a separate worktree, building and running a case at each step. Both ends are
+// checked before the search (git bisect takes them on trust): a --good that fails or a --bad that passes would
+// otherwise name a wrong commit.
 struct CommitBisectOptions {
   std::filesystem::path repo;  // the repository to bisect (left as found)
   std::string good, bad;
   std::string build;           // shell command run in the worktree; non-zero -> commit skipped (125)
-  std::string run;             // shell command run in the worktree: 0 good, 1 bad, anything else skipped
+  // Shell command run in the worktree. Without `judge`: exit 0 good, 1 bad, anything else skipped. With `judge`
+  // (perf bisection): it writes a results document to $PARITY_BISECT_RESULTS and exits 0; the good revision's
+  // document is the baseline, and `judge --baseline BASELINE --candidate STEP` decides each step: 0 good, 1 bad,
+  // anything else skipped (AMBIGUOUS verdicts, a run that failed or could not be timed).
+  std::string run;
+  std::string judge;
 };
 
 struct CommitBisection {
   bool found = false;
-  std::string first_bad;  // full hash
-  std::string summary;    // the first bad commit's subject line and git bisect's report
-  std::string log;        // git bisect log
+  std::string first_bad;      // full hash
+  std::string summary;        // the first bad commit's subject line, or why nothing was found
+  std::string first_bad_log;  // what building, running and judging the first bad commit printed: its numbers
+  std::string log;            // git bisect log and every step's outcome
 };
 
 CommitBisection bisect_commits(const CommitBisectOptions& o);
+
+// One step of a perf bisection (`parity bisect verdict`): every timed path of `candidate` (a results document)
+// against the same case, path and direction of `baseline`, the naive "eager" path aside (it times the machine,
+// not the commit); `path`, when given, narrows to that path. exit_code: 1 when any path is SLOWER, else 125 (skip)
+// when any is AMBIGUOUS or NOT-COMPARABLE or nothing could be compared, else 0. `text` has a line per key.
+struct PerfStepVerdict {
+  int exit_code = 125;
+  std::string text;
+};
+PerfStepVerdict judge_perf_step(const nlohmann::json& baseline, const nlohmann::json& candidate,
+                                const std::string& path = "", const VerdictOptions& o = {});
 
 }  // namespace parity

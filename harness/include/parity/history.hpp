@@ -47,7 +47,8 @@ HistoryRecord history_record_from_json(const nlohmann::json& j, const std::strin
 
 // Records of a results document (those with perf and/or numerics), stamped with its environment: device and
 // driver from the case's perf ceilings (the device the paths were timed on), else from the environment's GPU.
-// The source hash is of the sources in this checkout (PARITY_SOURCE_DIR): convert in the checkout that ran.
+// The source hash of a path is the one the document carries (each case's "source_hashes", written by the build
+// that ran), else that of the sources in this checkout (PARITY_SOURCE_DIR), for documents written before it did.
 std::vector<HistoryRecord> records_from_results(const nlohmann::json& results_doc);
 // sha256 over the files of a path, by convention: "cpu:*" kernels/cpu/<family>.cpp, "cuda:*" kernels/cuda/
 // <family>.cu and .cpp, "eager" and "ref:*" references/<family>.cpp, "planted:*" harness/src/planted.cpp and

@@ -19,6 +19,8 @@ nlohmann::json to_json(const Metrics& m);
 nlohmann::json to_json(const CaseResult& r);
 nlohmann::json results_document(const std::vector<CaseResult>& results);
 void write_json(const nlohmann::json& doc, const std::filesystem::path& path);
+// A results document written by write_json: InputError naming the file and what is wrong with it.
+nlohmann::json read_results(const std::filesystem::path& path);
 
 // One line per case and variant (colored when `color`), then every failing check's and guard's details.
 void print_table(std::ostream& os, const std::vector<CaseResult>& results, bool color);

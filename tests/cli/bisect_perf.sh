@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# bisect_perf.sh PARITY DATA: perf bisection in a small repository of eight commits that each time the same case
+# (tests/data/slow: planted:slow does its work planted_repeats times). Commit 5 triples the work (the regression; the
+# gate test holds the 2x line), commit 3 does not build, commit 6 is timed too briefly to judge (AMBIGUOUS). `parity bisect commits --perf` must
+# name commit 5 with its SLOWER numbers, skip what it cannot judge, and leave the repository as it found it; and
+# `parity bisect verdict`, the step judge, must map SLOWER to 1 and AMBIGUOUS to git bisect's skip code 125.
+set -u
+parity=$1 data=$2
+repo=$(mktemp -d)
+trap 'rm -rf "$repo"' EXIT
+cd "$repo" || exit 1
+git init -q -b main . && git config user.email t@t && git config user.name t
+mkdir cases
+for i in 0 1 2 3 4 5 6 7; do
+  repeats=1 cap=""
+  [ "$i" -ge 5 ] && repeats=3
+  [ "$i" = 6 ] && cap="--time-cap 0.001"
+  sed "s/^planted_repeats = 1$/planted_repeats = $repeats/" "$data/hc_post_slow.toml" >cases/hc_post_slow.toml
+  printf '"$PARITY" run --cases-dir cases --case hc_post/planted_slow --perf --cpu --no-color --json "$PARITY_BISECT_RESULTS" %s\n' \
+    "$cap" >run.sh
+  echo "$i" >step
+  if [ "$i" = 3 ]; then touch broken; else rm -f broken; fi
+  git add -A && git commit -qm "step $i"
+done
+fail() { printf '%s\n--- output ---\n%s\n' "$1" "$out"; exit 1; }
+
+# The judge alone, on documents of commits 0 (baseline), 6 (too few samples) and 7 (slowed down).
+judge() {  # COMMIT OUTPUT
+  git checkout -q "$(git log main --format=%H --grep="^step $1\$")" && PARITY_BISECT_RESULTS=$2 PARITY=$parity bash run.sh >/dev/null
+}
+judge 0 "$repo/.base.json" && judge 6 "$repo/.brief.json" && judge 7 "$repo/.slow.json" && git checkout -q main ||
+  { out=""; fail "could not time the judge's inputs"; }
+out=$("$parity" bisect verdict --baseline "$repo/.base.json" --candidate "$repo/.slow.json" 2>&1)
+[ $? = 1 ] && grep -q "planted:slow fwd: SLOWER x" <<<"$out" || fail "verdict: a 3x slowdown is not SLOWER (exit 1)"
+out=$("$parity" bisect verdict --baseline "$repo/.base.json" --candidate "$repo/.brief.json" 2>&1)
+[ $? = 125 ] && grep -q "planted:slow fwd: AMBIGUOUS" <<<"$out" || fail "verdict: one sample is not AMBIGUOUS (exit 125)"
+out=$("$parity" bisect verdict --baseline "$repo/.base.json" --candidate "$repo/.slow.json" --path cuda:v1 2>&1)
+[ $? = 125 ] && grep -q "nothing to compare" <<<"$out" || fail "verdict: a path with no timing is not a skip"
+rm -f .base.json .brief.json .slow.json
+
+first_bad=$(git log --format=%H --grep='^step 5$')
+head_before=$(git rev-parse HEAD)
+# A burst of load from elsewhere can make a commit AMBIGUOUS: then git bisect cannot single out the first bad commit
+# (it lists the candidates), or the bad end is undecidable, and the search is run again, at most three times. Naming a wrong commit fails
+# at once.
+for attempt in 1 2 3; do
+  out=$(PARITY=$parity "$parity" bisect commits --repo "$repo" --good HEAD~7 --bad HEAD --perf \
+    --build 'test ! -f broken' --run 'bash run.sh' 2>&1)
+  rc=$?
+  [ "$rc" = 2 ] && grep -Eq "possible first bad commit|is not bad \(undecidable" <<<"$out" || break
+  echo "attempt $attempt: too noisy to single out one commit; again"
+done
+main_out=$out
+[ "$rc" = 0 ] || fail "expected exit 0, got $rc"
+grep -q "first bad commit: $first_bad" <<<"$out" || fail "did not name step 5 ($first_bad)"
+sed -n '/^first bad commit:/,$p' <<<"$out" | grep -q "planted:slow fwd: SLOWER x" || fail "no numbers for the first bad commit"
+[ "$(git rev-parse HEAD)" = "$head_before" ] || fail "HEAD moved"
+[ -z "$(git status --porcelain)" ] || fail "working tree changed"
+[ "$(git worktree list | wc -l)" = 1 ] || fail "a worktree was left behind"
+[ -z "$(git for-each-ref refs/bisect)" ] || fail "bisect refs left behind"
+
+# Ends that contradict the search are refused: a --bad that is not slower than --good.
+out=$(PARITY=$parity "$parity" bisect commits --repo "$repo" --good HEAD~7 --bad HEAD~5 --perf \
+  --build 'test ! -f broken' --run 'bash run.sh' 2>&1)
+[ $? = 2 ] && grep -qF "the bad revision HEAD~5 is not bad (it passes)" <<<"$out" || fail "an unslowed --bad was bisected"
+printf "%s\n" "$main_out"
+echo "ok: named $first_bad with its numbers, repository unchanged"
