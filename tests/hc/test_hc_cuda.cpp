@@ -12,38 +12,21 @@
 //     million (measured on H100: 2 of 1.2M, 5 of 4.2M, 22 of 33.5M), the count printed;
 //   * inputs untouched, every output element written (outputs start as NaN), bitwise equal run to run.
 // The measured errors are printed ([hc-cuda] lines) so that a GPU log records them.
-#include "references/hc.hpp"
+#include "tests/hc/hc_test_support.hpp"
 
-#include <parity/error.hpp>
-
-#include <ATen/Context.h>
-#include <fmt/format.h>
-#include <gtest/gtest.h>
-
-#include "tests/hc/hc_variant_runs.hpp"
-#include <torch/csrc/autograd/autograd.h>
-
-#include <cmath>
 #include <cstdio>
-#include <limits>
 #include <optional>
-#include <string>
-#include <vector>
 
 namespace parity::hc {
 namespace {
+
+using namespace parity::hc::test;
 
 // fp32-evaluation budget relative to the output's largest |value|: sums over K = H*D (16384 at V4 dims) or T in a
 // different order than cuBLAS / LibTorch land at a few 1e-7 relative; one bf16 rounding (2^-9) is far above.
 constexpr double kRtol = 1e-5;
 constexpr double kNaiveK = 2.0;
 constexpr uint64_t kSeed = 20250607;
-
-struct Shape {
-  int64_t hc, tokens, hidden;
-  std::vector<int64_t> lead;  // leading dims the variant must flatten (empty: [tokens, ...])
-  std::string covers;
-};
 
 const std::vector<Shape>& shapes() {
   static const std::vector<Shape> s = {
@@ -56,14 +39,6 @@ const std::vector<Shape>& shapes() {
       {4, 257, 4096, {}, "V4 hidden (K = 16384): 256 K-chunks, grad_fn over several token splits"},
   };
   return s;
-}
-
-OpContext context(const Shape& s, at::ScalarType dtype) {
-  OpContext ctx;
-  ctx.dims = {{kTokens, s.tokens}, {kHc, s.hc}, {kHidden, s.hidden}};
-  ctx.constants = {{kHcEps, 1e-6}, {kRmsEps, 1e-6}, {kSinkhornIters, 20}, {kPostMult, 2.0}};
-  ctx.dtype = dtype;
-  return ctx;
 }
 
 const Registry& registry() {
@@ -90,55 +65,8 @@ std::optional<std::string> skip_reason() {
 
 at::Device gpu() { return at::Device(at::kCUDA, 0); }
 
-// The reference's fp32 matmuls must be true fp32 (the contract's naive composition computes mixes without TF32).
-void no_tf32() { at::globalContext().setAllowTF32CuBLAS(false); }
-
-// Seeded inputs on the GPU, with the token dim split into `lead` where a shape asks for it.
-TensorMap make_inputs(const Op& op, const OpContext& ctx, const Shape& s, uint64_t seed = kSeed) {
-  TensorMap in = op.make_inputs(ctx, seed, gpu());
-  if (s.lead.empty()) return in;
-  for (auto& [name, t] : in) {
-    if (name != "x" && op.name != "hc_post") continue;
-    std::vector<int64_t> shape = s.lead;
-    shape.insert(shape.end(), t.sizes().begin() + 1, t.sizes().end());
-    t = t.view(shape);
-  }
-  return in;
-}
-
-using namespace parity::hc::runs;
-
-struct Expected {
-  TensorMap out, grads;
-};
-
-// The reference composition with autograd. fp32 = true: inputs and upstream grads upcast (the reference);
-// fp32 = false: as they are (the naive low-precision composition, HF's roundings).
-Expected run_reference(const Op& op, const OpContext& ctx, const TensorMap& in, const TensorMap& grad_out, bool fp32) {
-  no_tf32();
-  TensorMap leaf;
-  for (const auto& [name, t] : in) leaf[name] = (fp32 ? t.to(at::kFloat) : t).detach().clone().requires_grad_(true);
-  TensorMap out = op.reference(ctx, leaf);
-  std::vector<at::Tensor> outs, gos, inputs;
-  for (const std::string& name : op.grad_outputs) {
-    outs.push_back(out.at(name));
-    gos.push_back(fp32 ? grad_out.at(name).to(at::kFloat) : grad_out.at(name).to(out.at(name).scalar_type()));
-  }
-  for (const std::string& name : op.grad_inputs) inputs.push_back(leaf.at(name));
-  const std::vector<at::Tensor> g = torch::autograd::grad(outs, inputs, gos);
-  Expected e;
-  for (auto& [name, t] : out) e.out[name] = t.detach();
-  for (size_t i = 0; i < op.grad_inputs.size(); ++i) e.grads[op.grad_inputs[i]] = g[i];
-  return e;
-}
-
-// Half the spacing of `dtype` at |x| (bf16 keeps 8 significant bits, fp32 24).
-double half_ulp(double x, at::ScalarType dtype) {
-  if (x == 0) return 0;
-  const int bits = dtype == at::kBFloat16 ? 8 : 24;
-  int exp = 0;
-  std::frexp(x, &exp);
-  return std::ldexp(1.0, exp - bits - 1);
+TensorMap inputs(const Op& op, const OpContext& ctx, const Shape& s, uint64_t seed = kSeed) {
+  return make_inputs(op, ctx, s, gpu(), seed);
 }
 
 double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
@@ -154,32 +82,12 @@ double max_abs(const at::Tensor& a) { return a.numel() == 0 ? 0 : a.to(at::kDoub
 // composition (max error at most kNaiveK times the naive one, plus the fp32 budget).
 ::testing::AssertionResult close(const std::string& what, const at::Tensor& got, const at::Tensor& want,
                                  const at::Tensor& naive) {
-  if (got.sizes() != want.sizes())
-    return ::testing::AssertionFailure() << what << ": shape " << describe(got) << " vs " << describe(want);
-  const at::Tensor a = got.to(at::kDouble).cpu().contiguous().flatten();
-  const at::Tensor e = want.to(at::kDouble).cpu().contiguous().flatten();
-  const double* pa = a.data_ptr<double>();
-  const double* pe = e.data_ptr<double>();
-  const double scale = max_abs(e);
-  int64_t bad = 0, worst = -1;
-  double worst_excess = -std::numeric_limits<double>::infinity(), worst_allowed = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    const double diff = std::abs(pa[i] - pe[i]);
-    const double allowed = half_ulp(std::max(std::abs(pa[i]), std::abs(pe[i])), got.scalar_type()) + kRtol * scale;
-    const double excess = std::isnan(diff) ? std::numeric_limits<double>::infinity() : diff - allowed;
-    if (excess > 0) ++bad;
-    if (excess > worst_excess) worst_excess = excess, worst = i, worst_allowed = allowed;
-  }
-  const double err = max_abs_diff(got, want), err_naive = max_abs_diff(naive, want);
-  const double naive_bound = kNaiveK * err_naive + kRtol * scale;
+  if (got.sizes() != want.sizes()) return within_rounding_bound(what, got, want, kRtol);  // names the shapes
+  const double err = max_abs_diff(got, want), err_naive = max_abs_diff(naive, want), scale = max_abs(want);
   std::printf("[hc-cuda] %-58s max|got-ref| %.3e  max|naive-ref| %.3e  ratio %.3f  max|ref| %.3e\n", what.c_str(),
               err, err_naive, err_naive > 0 ? err / err_naive : 0.0, scale);
-  if (bad > 0)
-    return ::testing::AssertionFailure() << what << " " << describe(got) << ": " << bad << " / " << a.numel()
-                                         << " elements out of the one-rounding bound; worst at flat index " << worst
-                                         << ": got " << pa[worst] << ", want " << pe[worst] << " (up to "
-                                         << worst_allowed << " allowed)";
-  if (!(err <= naive_bound))
+  if (::testing::AssertionResult r = within_rounding_bound(what, got, want, kRtol); !r) return r;
+  if (!(err <= kNaiveK * err_naive + kRtol * scale))
     return ::testing::AssertionFailure() << what << ": max error " << err << " above " << kNaiveK
                                          << " x the naive composition's " << err_naive << " + " << kRtol * scale;
   return ::testing::AssertionSuccess();
@@ -215,44 +123,11 @@ at::Tensor hc_post_hf_sequential(const Constants& k, const TensorMap& in) {
                                        << " elements differ from the LibTorch composition (" << allowed << " allowed)";
 }
 
-::testing::AssertionResult bitwise(const std::string& what, const at::Tensor& got, const at::Tensor& want) {
-  if (got.sizes() != want.sizes() || got.scalar_type() != want.scalar_type())
-    return ::testing::AssertionFailure() << what << ": " << describe(got) << " vs " << describe(want);
-  const int64_t n = bitwise_diff_count(got, want);
-  if (n == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << what << ": " << n << " / " << got.numel() << " elements differ bitwise";
-}
-
-void expect_unchanged(const TensorMap& before, const TensorMap& after) {
-  for (const auto& [name, t] : before) EXPECT_TRUE(bitwise("input " + name, after.at(name), t));
-}
-
 // ---------------------------------------------------------------------------------------------------------------
 // Every cuda variant, every shape, bf16 and fp32 streams
 // ---------------------------------------------------------------------------------------------------------------
 
-struct Case {
-  std::string op, variant;
-  at::ScalarType dtype;
-  Shape shape;
-};
-
-std::vector<Case> cases() {
-  std::vector<Case> c;
-  for (const std::string& op : registry().op_names())
-    for (const Variant* v : registry().variants(op))
-      if (v->device == at::kCUDA)
-        for (at::ScalarType dtype : {at::kBFloat16, at::kFloat})
-          for (const Shape& s : shapes()) c.push_back({op, v->id, dtype, s});
-  return c;
-}
-
-std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  const Case& c = info.param;
-  std::string id = c.variant.substr(c.variant.find(':') + 1);
-  return fmt::format("{}_{}_{}_h{}_t{}_d{}{}", c.op, id, dtype_name(c.dtype), c.shape.hc, c.shape.tokens,
-                     c.shape.hidden, c.shape.lead.empty() ? "" : "_lead");
-}
+std::vector<Case> cuda_cases() { return cases(registry(), at::kCUDA, shapes()); }
 
 class CudaVariant : public ::testing::TestWithParam<Case> {
  protected:
@@ -274,7 +149,7 @@ class CudaVariant : public ::testing::TestWithParam<Case> {
 TEST_P(CudaVariant, ForwardMatchesReference) {
   SCOPED_TRACE(c().shape.covers);
   const OpContext ctx = this->ctx();
-  const TensorMap in = make_inputs(op(), ctx, c().shape);
+  const TensorMap in = inputs(op(), ctx, c().shape);
   const TensorMap before = clone(in);
   const TensorMap out = run_forward(op(), variant(), ctx, in);
   expect_unchanged(before, in);
@@ -295,7 +170,7 @@ TEST_P(CudaVariant, ForwardMatchesReference) {
 TEST_P(CudaVariant, BackwardMatchesAutograd) {
   SCOPED_TRACE(c().shape.covers);
   const OpContext ctx = this->ctx();
-  const TensorMap in = make_inputs(op(), ctx, c().shape);
+  const TensorMap in = inputs(op(), ctx, c().shape);
   const TensorMap before = clone(in);
   const TensorMap out = run_forward(op(), variant(), ctx, in);
   const TensorMap saved = clone(out);
@@ -314,7 +189,7 @@ TEST_P(CudaVariant, BackwardMatchesAutograd) {
 // Same bits run to run: no atomics, every sum in a fixed order.
 TEST_P(CudaVariant, Deterministic) {
   const OpContext ctx = this->ctx();
-  const TensorMap in = make_inputs(op(), ctx, c().shape);
+  const TensorMap in = inputs(op(), ctx, c().shape);
   auto run = [&] {
     TensorMap out = run_forward(op(), variant(), ctx, in);
     TensorMap grads = run_backward(op(), variant(), ctx, in, out, make_grad_out(op(), out, kSeed + 1));
@@ -325,7 +200,7 @@ TEST_P(CudaVariant, Deterministic) {
   for (const auto& [name, t] : a) EXPECT_TRUE(bitwise(name + " (run to run)", b.at(name), t));
 }
 
-INSTANTIATE_TEST_SUITE_P(Hc, CudaVariant, ::testing::ValuesIn(cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Hc, CudaVariant, ::testing::ValuesIn(cuda_cases()), case_name);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(CudaVariant);  // no cuda variants in a PARITY_CUDA=OFF build
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -337,7 +212,7 @@ TEST(HcPostCudaHf, BitwiseWithItsContractAtV4Width) {
   const Shape s{4, 2048, 4096, {}, "V4 width"};
   const Op& op = registry().op("hc_post");
   const OpContext ctx = context(s, at::kBFloat16);
-  const TensorMap in = make_inputs(op, ctx, s, kSeed + 7);
+  const TensorMap in = inputs(op, ctx, s, kSeed + 7);
   const at::Tensor got = run_forward(op, registry().variant("hc_post", "cuda:hf"), ctx, in).at("out");
   EXPECT_TRUE(bitwise("out (cuda:hf vs its contract in LibTorch ops)", got, hc_post_hf_sequential(constants(ctx), in)));
   EXPECT_TRUE(differs_rarely("hc_post cuda:hf bf16 h4 t2048 d4096 out", got,
@@ -349,7 +224,7 @@ TEST(HcPostCudaHf, BackwardIsV1) {
   const Shape s = shapes()[5];
   const Op& op = registry().op("hc_post");
   const OpContext ctx = context(s, at::kBFloat16);
-  const TensorMap in = make_inputs(op, ctx, s);
+  const TensorMap in = inputs(op, ctx, s);
   const Variant& v1 = registry().variant("hc_post", "cuda:v1");
   const Variant& hf = registry().variant("hc_post", "cuda:hf");
   const TensorMap out = run_forward(op, v1, ctx, in);
@@ -364,22 +239,7 @@ TEST(HcPostCudaHf, BackwardIsV1) {
 
 TEST(HcCudaInputs, Fp16StreamsAreRejectedByName) {
   if (const auto why = skip_reason()) GTEST_SKIP() << *why;
-  const Shape s = shapes()[1];
-  for (const std::string& name : registry().op_names())
-    for (const Variant* v : registry().variants(name)) {
-      if (v->device != at::kCUDA) continue;
-      const Op& op = registry().op(name);
-      const OpContext ctx = context(s, at::kHalf);
-      TensorMap in = make_inputs(op, ctx, s);
-      TensorMap out;
-      for (const TensorSpec& spec : op.output_specs(ctx, in)) out[spec.name] = poisoned(spec.shape, spec.dtype, gpu());
-      try {
-        v->forward(ctx, in, out);
-        ADD_FAILURE() << name << " " << v->id << " accepted fp16 streams";
-      } catch (const InputError& e) {
-        EXPECT_NE(std::string(e.what()).find("fp16"), std::string::npos) << e.what();
-      }
-    }
+  expect_fp16_rejected(registry(), gpu(), shapes()[1], kSeed);
 }
 
 TEST(HcCudaInputs, CpuTensorsAndWideHcAreRejected) {
@@ -390,16 +250,14 @@ TEST(HcCudaInputs, CpuTensorsAndWideHcAreRejected) {
     const Shape s{4, 3, 8, {}, "cpu inputs"};
     const OpContext ctx = context(s, at::kBFloat16);
     TensorMap in = op.make_inputs(ctx, kSeed, at::kCPU);
-    TensorMap out;
-    for (const TensorSpec& spec : op.output_specs(ctx, in)) out[spec.name] = poisoned(spec.shape, spec.dtype, gpu());
+    TensorMap out = poisoned_outputs(op, ctx, in, gpu());
     EXPECT_THROW(v.forward(ctx, in, out), InputError);
   }
   {
     const Shape s{8, 3, 8, {}, "hc = 8"};
     const OpContext ctx = context(s, at::kBFloat16);
-    TensorMap in = make_inputs(op, ctx, s);
-    TensorMap out;
-    for (const TensorSpec& spec : op.output_specs(ctx, in)) out[spec.name] = poisoned(spec.shape, spec.dtype, gpu());
+    TensorMap in = inputs(op, ctx, s);
+    TensorMap out = poisoned_outputs(op, ctx, in, gpu());
     EXPECT_THROW(v.forward(ctx, in, out), InputError);
   }
 }
