@@ -16,11 +16,11 @@
 #include "references/hc.hpp"
 
 #include <parity/error.hpp>
+#include <parity/kernel_args.hpp>
 
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 #include <fmt/format.h>
-#include <fmt/ranges.h>  // fmt::join
 
 #include <algorithm>  // std::max, std::min, std::copy_n
 #include <cmath>      // std::exp, std::sqrt
@@ -34,40 +34,20 @@ namespace {
 // Tensors to raw pointers, with the contract's checks
 // ---------------------------------------------------------------------------------------------------------------
 
+// The contract's checks (parity/kernel_args.hpp), bound to the CPU. Streams are read through a contiguous view (no
+// copy when they already are one); inputs are never written.
 const at::Tensor& need(const TensorMap& m, const std::string& name, const std::string& where) {
-  auto it = m.find(name);
-  if (it == m.end()) throw InputError(fmt::format("{}: missing tensor '{}'", where, name));
-  return it->second;
+  return args::need(m, name, at::kCPU, where);
 }
-
-// Streams are read through a contiguous view (no copy when they already are one); inputs are never written.
 at::Tensor stream(const TensorMap& in, const std::string& name, at::ScalarType dtype, const std::string& where) {
-  const at::Tensor& t = need(in, name, where);
-  if (t.scalar_type() != dtype)
-    throw InputError(fmt::format("{}: '{}' is {}, expected {} like the other streams", where, name,
-                                 dtype_name(t.scalar_type()), dtype_name(dtype)));
-  return t.contiguous();
+  return args::input(in, name, dtype, -1, at::kCPU, where);
 }
-
 at::Tensor fp32(const TensorMap& in, const std::string& name, int64_t numel, const std::string& where) {
-  const at::Tensor& t = need(in, name, where);
-  if (t.scalar_type() != at::kFloat)
-    throw InputError(fmt::format("{}: '{}' must be fp32, got {}", where, name, dtype_name(t.scalar_type())));
-  if (t.numel() != numel)
-    throw InputError(fmt::format("{}: '{}' has {} elements, expected {}", where, name, t.numel(), numel));
-  return t.contiguous();
+  return args::input(in, name, at::kFloat, numel, at::kCPU, where);
 }
-
-// Outputs and grads arrive preallocated; writing through data_ptr needs them contiguous and of the agreed dtype.
 template <typename T>
 T* writable(TensorMap& out, const std::string& name, int64_t numel, const std::string& where) {
-  auto it = out.find(name);
-  if (it == out.end()) throw InputError(fmt::format("{}: output '{}' was not allocated", where, name));
-  at::Tensor& t = it->second;
-  if (t.scalar_type() != c10::CppTypeToScalarType<T>::value || !t.is_contiguous() || t.numel() != numel)
-    throw InputError(fmt::format("{}: output '{}' must be a contiguous {} tensor of {} elements, got {}", where,
-                                 name, dtype_name(c10::CppTypeToScalarType<T>::value), numel, describe(t)));
-  return t.data_ptr<T>();
+  return args::output(out, name, c10::CppTypeToScalarType<T>::value, numel, at::kCPU, where).template data_ptr<T>();
 }
 
 // The stream dtype picks the instantiation; fp16 (and anything else) is outside the contract.
@@ -79,19 +59,6 @@ void with_stream_type(at::ScalarType dtype, const std::string& where, F&& f) {
     default:
       throw InputError(fmt::format("{}: streams must be bf16 or fp32, got {}", where, dtype_name(dtype)));
   }
-}
-
-// Tokens = everything before the trailing [H, D] (or [D]) dims.
-int64_t tokens(const at::Tensor& t, std::initializer_list<int64_t> tail, const std::string& where) {
-  const int64_t n = static_cast<int64_t>(tail.size());
-  bool ok = t.dim() >= n;
-  int64_t i = t.dim() - n, per_token = 1;
-  for (int64_t want : tail) {
-    ok = ok && t.size(i++) == want;
-    per_token *= want;
-  }
-  if (!ok) throw InputError(fmt::format("{}: shape {} does not end in {}", where, describe(t), fmt::join(tail, "x")));
-  return t.numel() / per_token;
 }
 
 // Threads take whole tokens; a chunk is at least ~64k multiply-adds so that tiny shapes stay on one thread.
@@ -420,7 +387,8 @@ ProjectionInputs projection_inputs(const Constants& k, const TensorMap& in, int6
                                    const std::string& where) {
   const at::Tensor& x = need(in, "x", where);
   return {stream(in, "x", x.scalar_type(), where), fp32(in, "fn", rows * k.hc * k.hidden, where),
-          fp32(in, "base", rows, where), fp32(in, "scale", groups, where), tokens(x, {k.hc, k.hidden}, where)};
+          fp32(in, "base", rows, where), fp32(in, "scale", groups, where),
+          args::tokens(x, {k.hc, k.hidden}, "x", where)};
 }
 
 template <typename S>
@@ -559,9 +527,9 @@ struct PostInputs {
 
 PostInputs post_inputs(const Constants& k, const TensorMap& in, const std::string& where) {
   const at::Tensor& residual = need(in, "residual", where);
-  const int64_t t = tokens(residual, {k.hc, k.hidden}, where);
+  const int64_t t = args::tokens(residual, {k.hc, k.hidden}, "residual", where);
   const at::Tensor& x = need(in, "x", where);
-  if (tokens(x, {k.hidden}, where) != t)
+  if (args::tokens(x, {k.hidden}, "x", where) != t)
     throw InputError(
         fmt::format("{}: x {} and residual {} disagree on tokens", where, describe(x), describe(residual)));
   const at::ScalarType dtype = residual.scalar_type();

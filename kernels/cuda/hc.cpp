@@ -15,11 +15,11 @@
 #include "references/hc.hpp"
 
 #include <parity/error.hpp>
+#include <parity/kernel_args.hpp>
 
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <fmt/format.h>
-#include <fmt/ranges.h>  // fmt::join
 
 #include <stdexcept>
 #include <string>
@@ -40,13 +40,9 @@ void check_launch(const std::string& where, const char* kernel) {
         fmt::format("{}: CUDA kernel {} failed: {} ({})", where, kernel, cudaGetErrorName(e), cudaGetErrorString(e)));
 }
 
+// The contract's checks (parity/kernel_args.hpp), bound to the CUDA device.
 const at::Tensor& need(const TensorMap& m, const std::string& name, const std::string& where) {
-  auto it = m.find(name);
-  if (it == m.end()) throw InputError(fmt::format("{}: missing tensor '{}'", where, name));
-  if (!it->second.is_cuda())
-    throw InputError(fmt::format("{}: '{}' is on {}, the CUDA variant needs it on a CUDA device", where, name,
-                                 it->second.device().str()));
-  return it->second;
+  return args::need(m, name, at::kCUDA, where);
 }
 
 kc::Dtype stream_dtype(at::ScalarType t, const std::string& where) {
@@ -59,56 +55,21 @@ kc::Dtype stream_dtype(at::ScalarType t, const std::string& where) {
 
 at::Tensor stream(const TensorMap& in, const std::string& name, at::ScalarType dtype, int64_t numel,
                   const std::string& where) {
-  const at::Tensor& t = need(in, name, where);
-  if (t.scalar_type() != dtype)
-    throw InputError(fmt::format("{}: '{}' is {}, expected {} like the other streams", where, name,
-                                 dtype_name(t.scalar_type()), dtype_name(dtype)));
-  if (t.numel() != numel)
-    throw InputError(fmt::format("{}: '{}' has {} elements, expected {}", where, name, t.numel(), numel));
-  return t.contiguous();
+  return args::input(in, name, dtype, numel, at::kCUDA, where);
 }
 
 at::Tensor fp32(const TensorMap& in, const std::string& name, int64_t numel, const std::string& where) {
-  const at::Tensor& t = need(in, name, where);
-  if (t.scalar_type() != at::kFloat)
-    throw InputError(fmt::format("{}: '{}' must be fp32, got {}", where, name, dtype_name(t.scalar_type())));
-  if (t.numel() != numel)
-    throw InputError(fmt::format("{}: '{}' has {} elements, expected {}", where, name, t.numel(), numel));
-  return t.contiguous();
+  return args::input(in, name, at::kFloat, numel, at::kCUDA, where);
 }
 
-// Outputs and grads arrive preallocated; the kernels write through raw pointers, so they must be contiguous, of the
-// agreed dtype and size, and on the device the kernels run on.
 void* writable(TensorMap& out, const std::string& name, at::ScalarType dtype, int64_t numel, const at::Device& dev,
                const std::string& where) {
-  auto it = out.find(name);
-  if (it == out.end()) throw InputError(fmt::format("{}: output '{}' was not allocated", where, name));
-  at::Tensor& t = it->second;
-  if (t.scalar_type() != dtype || !t.is_contiguous() || t.numel() != numel || t.device() != dev)
-    throw InputError(fmt::format("{}: output '{}' must be a contiguous {} tensor of {} elements on {}, got {} on {}",
-                                 where, name, dtype_name(dtype), numel, dev.str(), describe(t), t.device().str()));
-  return t.data_ptr();
+  return args::output(out, name, dtype, numel, dev, where).data_ptr();
 }
 
 float* writable_f32(TensorMap& out, const std::string& name, int64_t numel, const at::Device& dev,
                     const std::string& where) {
   return static_cast<float*>(writable(out, name, at::kFloat, numel, dev, where));
-}
-
-// Tokens = everything before the trailing [H, D] (or [D]) dims.
-int64_t tokens(const at::Tensor& t, std::initializer_list<int64_t> tail, const std::string& name,
-               const std::string& where) {
-  const int64_t n = static_cast<int64_t>(tail.size());
-  bool ok = t.dim() >= n;
-  int64_t i = t.dim() - n, per_token = 1;
-  for (int64_t want : tail) {
-    ok = ok && t.size(i++) == want;
-    per_token *= want;
-  }
-  if (!ok)
-    throw InputError(fmt::format("{}: '{}' has shape {}, which does not end in {}", where, name, describe(t),
-                                 fmt::join(tail, "x")));
-  return per_token == 0 ? 0 : t.numel() / per_token;
 }
 
 void check_hc(const Constants& k, const std::string& where) {
@@ -138,8 +99,8 @@ PostInputs post_inputs(const Constants& k, const TensorMap& in, const std::strin
   const at::Tensor& x = need(in, "x", where);
   const at::ScalarType st = x.scalar_type();
   const kc::Dtype dt = stream_dtype(st, where);
-  const int64_t t = tokens(x, {k.hidden}, "x", where);
-  const int64_t tr = tokens(need(in, "residual", where), {k.hc, k.hidden}, "residual", where);
+  const int64_t t = args::tokens(x, {k.hidden}, "x", where);
+  const int64_t tr = args::tokens(need(in, "residual", where), {k.hc, k.hidden}, "residual", where);
   if (tr != t)
     throw InputError(fmt::format("{}: 'residual' holds {} tokens, 'x' holds {}", where, tr, t));
   return {t,
@@ -198,7 +159,7 @@ MixInputs mix_inputs(kc::MixKind kind, const Constants& k, const TensorMap& in, 
   const at::Tensor& x = need(in, "x", where);
   const at::ScalarType st = x.scalar_type();
   const kc::Dtype dt = stream_dtype(st, where);
-  const int64_t t = tokens(x, {k.hc, k.hidden}, "x", where);
+  const int64_t t = args::tokens(x, {k.hc, k.hidden}, "x", where);
   const int64_t m = kc::mix_rows(kind, int(k.hc)), ns = kc::mix_scale_count(kind);
   return {t,
           m,
