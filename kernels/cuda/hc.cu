@@ -359,34 +359,55 @@ __device__ __forceinline__ void softmax_rows(Mat& c, int H) {
   }
 }
 
-// One Sinkhorn normalisation, in place: divide each column (by_column) or row by its sum + eps.
+// Element k of line `line` of c: a column when ByColumn (k walks its rows), else a row. After unrolling every index
+// is a constant, so the matrix stays in registers either way.
+template <bool ByColumn>
+__device__ __forceinline__ float& elem(Mat& c, int line, int k) {
+  if constexpr (ByColumn) return c[k][line];
+  else return c[line][k];
+}
+
+// One Sinkhorn normalisation, in place: divide each column (ByColumn) or row by its sum + eps.
+template <bool ByColumn>
+__device__ __forceinline__ void normalise_lines(Mat& c, int H, float eps) {
+#pragma unroll
+  for (int l = 0; l < H4; ++l) {
+    if (l >= H) break;
+    float s = 0.f;
+#pragma unroll
+    for (int k = 0; k < H4; ++k)
+      if (k < H) s += elem<ByColumn>(c, l, k);
+    const float den = s + eps;
+#pragma unroll
+    for (int k = 0; k < H4; ++k)
+      if (k < H) elem<ByColumn>(c, l, k) = elem<ByColumn>(c, l, k) / den;
+  }
+}
+
 __device__ __forceinline__ void normalise(Mat& c, int H, float eps, bool by_column) {
-  if (by_column) {
+  if (by_column) normalise_lines<true>(c, H, eps);
+  else normalise_lines<false>(c, H, eps);
+}
+
+// The backward of normalise_lines: each line's y = u / (sum u + eps) takes dy to du = (dy - <dy, y>) / (sum u + eps),
+// with y recomputed from u exactly as the forward did. g holds dy on entry, du on return.
+template <bool ByColumn>
+__device__ __forceinline__ void normalise_lines_backward(Mat& u, Mat& g, int H, float eps) {
 #pragma unroll
-    for (int j = 0; j < H4; ++j) {
-      if (j >= H) break;
-      float s = 0.f;
+  for (int l = 0; l < H4; ++l) {
+    if (l >= H) break;
+    float s = 0.f;
 #pragma unroll
-      for (int i = 0; i < H4; ++i)
-        if (i < H) s += c[i][j];
-      const float den = s + eps;
+    for (int k = 0; k < H4; ++k)
+      if (k < H) s += elem<ByColumn>(u, l, k);
+    const float den = s + eps;
+    float dot = 0.f;
 #pragma unroll
-      for (int i = 0; i < H4; ++i)
-        if (i < H) c[i][j] = c[i][j] / den;
-    }
-  } else {
+    for (int k = 0; k < H4; ++k)
+      if (k < H) dot += elem<ByColumn>(g, l, k) * (elem<ByColumn>(u, l, k) / den);
 #pragma unroll
-    for (int i = 0; i < H4; ++i) {
-      if (i >= H) break;
-      float s = 0.f;
-#pragma unroll
-      for (int j = 0; j < H4; ++j)
-        if (j < H) s += c[i][j];
-      const float den = s + eps;
-#pragma unroll
-      for (int j = 0; j < H4; ++j)
-        if (j < H) c[i][j] = c[i][j] / den;
-    }
+    for (int k = 0; k < H4; ++k)
+      if (k < H) elem<ByColumn>(g, l, k) = (elem<ByColumn>(g, l, k) - dot) / den;
   }
 }
 
@@ -448,41 +469,8 @@ __device__ void sinkhorn_backward(const Mat& logits, Mat& g, int H, float eps, i
 #pragma unroll
       for (int j = 0; j < H4; ++j) u[i][j] = un[i][j];
     if (n > 1) load_stage(n - 1, un);
-    if (n & 1) {  // columns
-#pragma unroll
-      for (int j = 0; j < H4; ++j) {
-        if (j >= H) break;
-        float s = 0.f;
-#pragma unroll
-        for (int i = 0; i < H4; ++i)
-          if (i < H) s += u[i][j];
-        const float den = s + eps;
-        float dot = 0.f;
-#pragma unroll
-        for (int i = 0; i < H4; ++i)
-          if (i < H) dot += g[i][j] * (u[i][j] / den);
-#pragma unroll
-        for (int i = 0; i < H4; ++i)
-          if (i < H) g[i][j] = (g[i][j] - dot) / den;
-      }
-    } else {  // rows
-#pragma unroll
-      for (int i = 0; i < H4; ++i) {
-        if (i >= H) break;
-        float s = 0.f;
-#pragma unroll
-        for (int j = 0; j < H4; ++j)
-          if (j < H) s += u[i][j];
-        const float den = s + eps;
-        float dot = 0.f;
-#pragma unroll
-        for (int j = 0; j < H4; ++j)
-          if (j < H) dot += g[i][j] * (u[i][j] / den);
-#pragma unroll
-        for (int j = 0; j < H4; ++j)
-          if (j < H) g[i][j] = (g[i][j] - dot) / den;
-      }
-    }
+    if (n & 1) normalise_lines_backward<true>(u, g, H, eps);
+    else normalise_lines_backward<false>(u, g, H, eps);
   }
 #pragma unroll
   for (int i = 0; i < H4; ++i) {
@@ -532,6 +520,33 @@ struct MixLayout {
   static constexpr int GW = (MP + NS + 3) / 4 * 4;
 };
 
+// The pre gate's backward, the same in both kinds: pre_h = sigmoid(mix_h * s + base_h) + eps, with d loss / d pre_h =
+// rd[1 + h] = <g_y, x_h> (from mix_bwd_reduce). Writes d loss / d logit_h to gg[h], r * d loss / d mix_h to cf[h] and
+// pre_h to cf[MP + 1 + h] (zero for h >= H, and with ZeroPast also cf[h] and gg[h]); adds g_mix_h * mix_h to `dot`
+// and returns the scale's term sum_h gz_h * mix_h.
+template <int MP, bool ZeroPast>
+__device__ __forceinline__ float pre_gate_backward(const float* mix, const float* rd, const float* base, float s,
+                                                   float r, float hc_eps, int H, float* cf, float* gg, float& dot) {
+  float sc = 0.f;
+#pragma unroll
+  for (int h = 0; h < H4; ++h) {
+    if (h < H) {
+      const float m = mix[h], sg = sigmoid(logit(m, s, __ldg(base + h)));
+      const float gz = rd[1 + h] * (sg * (1.f - sg));
+      gg[h] = gz;
+      sc += gz * m;
+      const float gm = gz * s;
+      cf[h] = r * gm;
+      dot += gm * m;
+      cf[MP + 1 + h] = sg + hc_eps;
+    } else {
+      if constexpr (ZeroPast) cf[h] = 0.f, gg[h] = 0.f;
+      cf[MP + 1 + h] = 0.f;
+    }
+  }
+  return sc;
+}
+
 struct PreKind : MixLayout<(2 + H4) * H4, 3> {
   // mixes, pre = sigmoid(.) + eps, post = post_mult * sigmoid(.), comb = Sinkhorn(.)
   static __device__ void fwd_epilogue(const float* dots, float r, int64_t t, const MixFwdArgs& a) {
@@ -567,23 +582,8 @@ struct PreKind : MixLayout<(2 + H4) * H4, 3> {
     const float s0 = __ldg(a.scale), s1 = __ldg(a.scale + 1), s2 = __ldg(a.scale + 2);
     float* cf = a.coef + t * CW;
     float* gg = a.gate + t * GW;
-    float dot = 0.f, sc0 = 0.f, sc1 = 0.f, sc2 = 0.f;
-#pragma unroll
-    for (int h = 0; h < H4; ++h) {
-      if (h < H) {
-        // pre = sigmoid(z) + eps, d loss / d pre_h = <g_y, x_h> (from mix_bwd_reduce)
-        const float m = mix[h], sg = sigmoid(logit(m, s0, __ldg(a.base + h)));
-        const float gz = rd[1 + h] * (sg * (1.f - sg));
-        gg[h] = gz;
-        sc0 += gz * m;
-        const float gm = gz * s0;
-        cf[h] = r * gm;
-        dot += gm * m;
-        cf[MP + 1 + h] = sg + a.hc_eps;
-      } else {
-        cf[MP + 1 + h] = 0.f;
-      }
-    }
+    float dot = 0.f, sc1 = 0.f, sc2 = 0.f;
+    const float sc0 = pre_gate_backward<MP, false>(mix, rd, a.base, s0, r, a.hc_eps, H, cf, gg, dot);
     for (int h = 0; h < H; ++h) {
       // post = post_mult * sigmoid(z)
       const float m = mix[H + h], sg = sigmoid(logit(m, s1, __ldg(a.base + H + h)));
@@ -646,22 +646,8 @@ struct HeadKind : MixLayout<H4, 1> {
     const float s = __ldg(a.scale);
     float* cf = a.coef + t * CW;
     float* gg = a.gate + t * GW;
-    float dot = 0.f, sc = 0.f;
-#pragma unroll
-    for (int h = 0; h < H4; ++h) {
-      if (h < H) {
-        const float m = mix[h], sg = sigmoid(logit(m, s, __ldg(a.base + h)));
-        const float gz = rd[1 + h] * (sg * (1.f - sg));
-        gg[h] = gz;
-        sc += gz * m;
-        const float gm = gz * s;
-        cf[h] = r * gm;
-        dot += gm * m;
-        cf[MP + 1 + h] = sg + a.hc_eps;
-      } else {
-        cf[h] = 0.f, gg[h] = 0.f, cf[MP + 1 + h] = 0.f;
-      }
-    }
+    float dot = 0.f;
+    const float sc = pre_gate_backward<MP, true>(mix, rd, a.base, s, r, a.hc_eps, H, cf, gg, dot);
     cf[MP] = r * r / float(a.K) * dot;
     for (int m = MP + 1 + H4; m < CW; ++m) cf[m] = 0.f;
     gg[MP] = sc;
