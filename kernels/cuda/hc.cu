@@ -151,6 +151,17 @@ __device__ __forceinline__ void zero(float (&v)[V]) {
   for (int e = 0; e < V; ++e) v[e] = 0.f;
 }
 
+// Elements [d, d + V) of each of a token's H streams (stride D) in fp32; streams past H read as zero, so loops over
+// H4 need no bound.
+template <typename T, int V>
+__device__ __forceinline__ void load_streams(const T* p, int H, int D, int d, float (&v)[H4][V]) {
+#pragma unroll
+  for (int h = 0; h < H4; ++h) {
+    if (h < H) Vec<T, V>::load(p + h * D + d, v[h]);
+    else zero(v[h]);
+  }
+}
+
 // Butterfly sum: every lane ends with the same bits (each level adds the same two values, in either order).
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -194,11 +205,7 @@ __global__ void __launch_bounds__(256) hc_post_fwd_kernel(const T* __restrict__ 
   for (int d = lane * V; d < D; d += 32 * V) {
     float xv[V], rv[H4][V];
     Vec<T, V>::load(xr + d, xv);
-#pragma unroll
-    for (int j = 0; j < H4; ++j) {
-      if (j < H) Vec<T, V>::load(rr + j * D + d, rv[j]);
-      else zero(rv[j]);
-    }
+    load_streams<T, V>(rr, H, D, d, rv);
 #pragma unroll
     for (int k = 0; k < H4; ++k) {
       if (k >= H) break;
@@ -261,6 +268,7 @@ __global__ void __launch_bounds__(32 * kPostBwdTokensPerBlock, 4)
   for (int d = lane * V; d < D; d += 32 * V) {
     float gv[H4][V], rv[H4][V], xv[V], o[V];
     Vec<T, V>::load(xr + d, xv);
+    // Not two load_streams calls: that order changes ptxas' register allocation and spills here, unmeasured.
 #pragma unroll
     for (int j = 0; j < H4; ++j) {
       if (j < H) {
@@ -899,11 +907,7 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 #pragma unroll 1
   for (int d = lane * V; d < D; d += 32 * V) {
     float xv[H4][V], o[V];
-#pragma unroll
-    for (int h = 0; h < H4; ++h) {
-      if (h < H) Vec<T, V>::load(xr + h * D + d, xv[h]);
-      else zero(xv[h]);
-    }
+    load_streams<T, V>(xr, H, D, d, xv);
 #pragma unroll
     for (int e = 0; e < V; ++e) {
       float s = __fmul_rn(p[0], xv[0][e]);
@@ -936,11 +940,7 @@ __global__ void __launch_bounds__(256) mix_bwd_reduce_kernel(const T* __restrict
   for (int d = lane * V; d < D; d += 32 * V) {
     float gv[V], xv[H4][V];
     Vec<T, V>::load(gr + d, gv);
-#pragma unroll
-    for (int h = 0; h < H4; ++h) {
-      if (h < H) Vec<T, V>::load(xr + h * D + d, xv[h]);
-      else zero(xv[h]);
-    }
+    load_streams<T, V>(xr, H, D, d, xv);
 #pragma unroll
     for (int h = 0; h < H4; ++h)
 #pragma unroll
