@@ -7,6 +7,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <ATen/cuda/Sleep.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <fmt/format.h>
 
@@ -258,20 +259,38 @@ struct GpuRegion {
   const at::Tensor* flush;        // cold mode: the L2 flush buffer
   c10::cuda::CUDAStream stream;
   int device;
+  double cycles_per_ms;           // the SM's peak clock: what the lead kernel counts in
 };
 
-// One batch, queued without a host sync: the GPU is already busy (writing the L2 flush, or running one untimed
-// call) while the host enqueues each timed call, so launch latency stays outside the events (nvbench's blocking
-// kernel does this for a single launch).
-void take_gpu_batch(Sampler& s, const GpuRegion& r, std::vector<EventPair>& events, const TimingOptions& o) {
+// Host time to enqueue one sample (event records and the region's launches), as last measured; the first batch
+// starts from a guess.
+constexpr double kFirstEnqueueMs = 0.1;
+// The lead kernel's length is bounded: a region whose launches take longer than this per batch is launch-bound
+// anyway, and its samples say so.
+constexpr double kMaxLeadMs = 20.0;
+
+// One batch, queued without a host sync, with the GPU kept busy while the host enqueues each timed call, so that
+// launch latency stays outside the events: in cold mode the L2 flush in front of every sample does it; in hot and
+// graph mode a spin kernel (at::cuda::sleep, nvbench's blocking kernel) long enough for the whole batch's enqueue
+// (1.5x the last measured host time, plus 20 us), then one untimed call so that L2 holds the region's data. Without
+// the spin a region shorter than its own launch is timed at the host's launch rate: an 8 MiB copy measured 12.3 us
+// hot but 10.0 us cold on an H100.
+void take_gpu_batch(Sampler& s, const GpuRegion& r, std::vector<EventPair>& events, const TimingOptions& o,
+                    double& enqueue_ms) {
   const int k = batch_size(s, o);
-  if (!r.flush) r.run();
+  if (!r.flush) {
+    const double lead_ms = std::min(kMaxLeadMs, 1.5 * enqueue_ms * (k + 1) + 0.02);
+    at::cuda::sleep(static_cast<int64_t>(lead_ms * r.cycles_per_ms));
+    r.run();
+  }
+  const auto enqueue_start = Clock::now();
   for (int i = 0; i < k; ++i) {
     if (r.flush) C10_CUDA_CHECK(cudaMemsetAsync(r.flush->data_ptr(), 0, r.flush->nbytes(), r.stream));
     events[i].start.record(r.stream);
     r.run();
     events[i].stop.record(r.stream);
   }
+  enqueue_ms = std::chrono::duration<double, std::milli>(Clock::now() - enqueue_start).count() / k;
   // Read while the batch runs: the clock under load, not after the GPU went idle.
   const double clock = sm_clock_mhz(r.device).value_or(0);
   events[k - 1].stop.synchronize();
@@ -291,11 +310,15 @@ Timing time_gpu(const std::function<void()>& fn, at::Device device, const Timing
     const c10::cuda::CUDAStreamGuard stream_guard(stream);
     for (int i = 0; i < o.warmup; ++i) fn();
     const std::unique_ptr<at::cuda::CUDAGraph> graph = graph_mode ? capture(fn, stream) : nullptr;
+    int clock_khz = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, index));
     const GpuRegion region{graph ? std::function<void()>([&graph] { graph->replay(); }) : fn,
-                           o.mode == "cold" ? &l2_flush_buffer(index) : nullptr, stream, index};
+                           o.mode == "cold" ? &l2_flush_buffer(index) : nullptr, stream, index, double(clock_khz)};
     std::vector<EventPair> events(kMaxBatch);
     Sampler sampler(o);
-    t = sample_until_done(sampler, o.mode, t0, [&](Sampler& s) { take_gpu_batch(s, region, events, o); });
+    double enqueue_ms = kFirstEnqueueMs;
+    t = sample_until_done(sampler, o.mode, t0,
+                          [&](Sampler& s) { take_gpu_batch(s, region, events, o, enqueue_ms); });
   }
   wait_for(caller, stream);
   return t;

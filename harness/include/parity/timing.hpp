@@ -1,7 +1,8 @@
 // Timing one region of work, GPU or CPU, as the best harnesses do it (harness-practice.md s1, nvbench):
 // warm-up first; GPU samples bracketed by CUDA events; "cold" flushes L2 (a write over a buffer of the device's
 // L2 size) before each sample, "hot" runs back to back, "graph" replays a captured CUDA graph (for regions
-// short enough that launch overhead matters); adaptive sample count (at least min_samples; stop when the
+// short enough that launch overhead matters); in hot and graph mode a spin kernel holds the GPU while the host
+// enqueues a batch, so launch latency stays outside the events (nvbench's blocking kernel); adaptive sample count (at least min_samples; stop when the
 // relative noise is under target_rel_noise, or the noise estimate has stopped changing, or time_cap_s is spent);
 // the SM clock read per sample where the driver reports it, samples taken while throttled dropped.
 //
