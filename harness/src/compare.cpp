@@ -6,12 +6,16 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <parity/compare.hpp>
 #include <parity/error.hpp>
 #include <parity/tensor.hpp>
 #include <stdexcept>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace parity {
@@ -72,9 +76,12 @@ at::ScalarType narrower(at::ScalarType actual, at::ScalarType expected) {
 
 // ---- the single pass ------------------------------------------------------------------------------------------
 // compare() reads both tensors once: every metric is a per-chunk partial (fixed chunk boundaries, so the result does
-// not depend on the thread count) merged in chunk order afterwards.
+// not depend on the thread count) merged in chunk order afterwards. A chunk is walked in blocks: a block whose values
+// are all finite in the ULP dtype (nearly every block of real data) goes through a branch-free vector kernel, any
+// other block (and a chunk's last few elements) through the scalar classification of one element at a time.
 
 constexpr int64_t kChunk = int64_t{1} << 18;  // elements; large enough that the partials cost little to merge
+constexpr int64_t kBlock = 512;                // a multiple of 32 whose per-element arrays stay in L1
 // Past this many elements the |err| percentiles come from a log-spaced histogram rather than a sort (see below).
 constexpr int64_t kExactPercentileLimit = int64_t{1} << 16;
 // The |err| histogram: a positive double's bits shifted right by 50 keep its exponent and two leading significand
@@ -82,8 +89,20 @@ constexpr int64_t kExactPercentileLimit = int64_t{1} << 16;
 // 13 per decade) over the whole fp64 range, with +Inf in its own bucket and 0 in bucket 0.
 constexpr int kErrShift = 50;
 constexpr int kErrBuckets = 1 << (64 - kErrShift - 1);  // the sign bit is always clear
+// While a thread scans its chunks the histogram is kept at a finer grain: slot = the top 16 bits of the error's double,
+// four slots to a bucket. Those 16 bits load straight from memory, so counting an error is a load and an increment.
+constexpr int kErrSlotShift = kErrShift - 2;
+constexpr int kErrSlots = 1 << (64 - kErrSlotShift - 1);
+int64_t err_slot(double err) { return static_cast<int64_t>(std::bit_cast<uint64_t>(err) >> kErrSlotShift); }
+// Errors of neighbouring elements often share a slot: counting them into one counter would chain every increment on the
+// previous one's store. Element k of a block counts into copy k % kErrCopies; the copies sit 64 bytes apart modulo
+// 4 KiB so that the same slot of each falls in a different L1 set.
+constexpr int kErrCopies = 4;
+constexpr int64_t kErrCopyStride = kErrSlots + 16;
+// A thread adds its slot counts into the histogram at least this often: before one could pass 32 bits.
+constexpr int64_t kChunksPerFold = (int64_t{1} << 31) / kChunk;
 
-// Storage type -> what the pass needs of it: the value in fp64 and its sign-magnitude bit pattern.
+// Storage type -> the sign-magnitude bit pattern of a value of that type.
 template <typename T>
 struct Bits;
 template <>
@@ -103,15 +122,21 @@ struct Bits<c10::BFloat16> {
   static uint64_t of(c10::BFloat16 v) { return v.x; }
 };
 
-// ULP histogram bucket of a distance: bit_width(u - 1) + 1 for u >= 1 groups 1, 2, 3-4, 5-8, ... by powers of
-// two; the table folds the wider groups (65-256, 257-1024, >1024) together.
+// The ULP histogram's finite buckets, for the scalar path and the vector kernel alike: bucket b > 0 holds the distances
+// in (kUlpEdges[b-1], kUlpEdges[b]], the last everything above 1024.
+constexpr std::array<uint32_t, kUlpBuckets - 2> kUlpEdges = {0, 1, 2, 4, 8, 16, 32, 64, 256, 1024};
+
+// The number of edges below u. Past 0 the edges are powers of two, 2^j below u exactly where j < bit_width(u - 1): a
+// table by that width, rather than a search whose branches the distances would mispredict.
 int ulp_bucket(uint64_t u) {
-  static constexpr std::array<int8_t, 66> kFold = [] {
-    std::array<int8_t, 66> t{};
-    for (int k = 0; k < 66; ++k) t[k] = static_cast<int8_t>(k <= 8 ? k : k <= 9 ? 8 : k <= 11 ? 9 : 10);
+  static constexpr std::array<int8_t, 65> kByWidth = [] {
+    std::array<int8_t, 65> t{};
+    for (unsigned width = 0; width <= 64; ++width)
+      for (const uint32_t edge : kUlpEdges) t[width] += edge != 0 && std::bit_width(edge) <= width;
     return t;
   }();
-  return u == 0 ? 0 : kFold[std::bit_width(u - 1) + 1];
+  static_assert(std::all_of(kUlpEdges.begin() + 1, kUlpEdges.end(), [](uint32_t e) { return std::has_single_bit(e); }));
+  return u == 0 ? 0 : 1 + kByWidth[std::bit_width(u - 1)];
 }
 
 // -x where sign is 1, x where it is 0, without a branch.
@@ -119,6 +144,307 @@ int64_t negate_if(int64_t x, uint64_t sign) {
   const int64_t mask = -static_cast<int64_t>(sign);
   return (x ^ mask) - mask;
 }
+
+// Bit layout of the ULP dtype TU.
+template <typename TU>
+struct UlpFormat {
+  static constexpr int kWidth = sizeof(TU) * 8;
+  static constexpr uint64_t kMagnitude = (uint64_t{1} << (kWidth - 1)) - 1;
+  // +Inf: every exponent bit set, no significand bit; larger magnitudes are NaN.
+  static constexpr uint64_t kInfBits = kMagnitude & ~((uint64_t{1} << (std::numeric_limits<TU>::digits - 1)) - 1);
+};
+
+// One element of actual (TA) against expected (TE), classified and ULP-counted in TU: the reference for every element
+// the vector kernel does not take.
+struct Element {
+  double a, e;      // the stored values in fp64
+  double abs_err;   // |a - e|
+  uint64_t ulp;     // ordered-integer distance in TU; meaningless where a NaN is involved
+  bool e_nan, both_nan, differs, nan_mismatch, inf_mismatch, comparable;
+};
+
+template <typename TA, typename TE, typename TU>
+Element classify(TA act, TE exp, bool allow_nan) {
+  using F = UlpFormat<TU>;
+  Element el;
+  el.a = static_cast<double>(act), el.e = static_cast<double>(exp);
+  // Classification in TU: a wider side is rounded to the narrower dtype first (exactly what .to() does).
+  const uint64_t ab = Bits<TU>::of(static_cast<TU>(act)), eb = Bits<TU>::of(static_cast<TU>(exp));
+  const uint64_t am = ab & F::kMagnitude, em = eb & F::kMagnitude;
+  const bool a_nan = am > F::kInfBits, e_nan = em > F::kInfBits;
+  const bool any_nan = a_nan || e_nan;
+  // Ordered integers: -0 and +0 both map to 0, so equal values (NaN aside) have equal ordered integers.
+  const int64_t oa = negate_if(static_cast<int64_t>(am), ab >> (F::kWidth - 1));
+  const int64_t oe = negate_if(static_cast<int64_t>(em), eb >> (F::kWidth - 1));
+  el.e_nan = e_nan;
+  el.both_nan = a_nan && e_nan;
+  el.differs = (any_nan || oa != oe) && !el.both_nan;
+  el.nan_mismatch = allow_nan ? a_nan != e_nan : any_nan;
+  el.inf_mismatch = (am == F::kInfBits || em == F::kInfBits) && el.differs && !any_nan;
+  el.comparable = !any_nan && !el.inf_mismatch;
+  if constexpr (sizeof(TU) < 8) {
+    const int64_t d = oa - oe;
+    el.ulp = static_cast<uint64_t>(negate_if(d, static_cast<uint64_t>(d) >> 63));
+  } else {
+    // Opposite-sign fp64 distances exceed int64: saturate as ulp_distance() does.
+    const auto ua = static_cast<uint64_t>(oa), ue = static_cast<uint64_t>(oe);
+    el.ulp = (oa >= 0) == (oe >= 0) ? (oa > oe ? ua - ue : ue - ua) : std::min<uint64_t>(am + em, kMaxUlp);
+  }
+  el.abs_err = el.a == el.e ? 0.0 : std::fabs(el.a - el.e);  // Inf - Inf is no error
+  return el;
+}
+
+// ---- the vector kernel ----------------------------------------------------------------------------------------
+// GCC vector extensions of 32 bytes: one AVX2 register each, two SSE2 ones in the default clone. The types fix the
+// lanes (element k of a block adds to fp64 lane k % 4), never the ISA of the clone that runs, so every clone computes
+// the same bits. (GCC 12 lowers 64-byte vectors to scalar code on AVX2.) The helpers take and return vectors by value:
+// always inlined into the clones, they never make the calls whose ABI GCC warns about for the default target. (The
+// warning comes where templates are instantiated, at the end of the file: it stays off to the end.)
+#pragma GCC diagnostic ignored "-Wpsabi"
+using v4d = double __attribute__((vector_size(32)));
+using v4l = int64_t __attribute__((vector_size(32)));
+using v4q = uint64_t __attribute__((vector_size(32)));
+using v4f = float __attribute__((vector_size(16)));
+using v8i = int32_t __attribute__((vector_size(32)));
+using v8u = uint32_t __attribute__((vector_size(32)));
+using v8h = uint16_t __attribute__((vector_size(16)));
+using v16s = int16_t __attribute__((vector_size(32)));
+using v32c = int8_t __attribute__((vector_size(32)));
+constexpr int kLanes = 4;
+static_assert(kErrCopies == kLanes, "a step of the kernel counts each of its errors into a copy of its own");
+
+template <typename V, typename T>
+[[gnu::always_inline]] inline V load(const T* p) {
+  V v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <typename T, typename V>
+[[gnu::always_inline]] inline void store(T* p, const V& v) {
+  std::memcpy(p, &v, sizeof v);
+}
+// Element by element: GCC 12 splits __builtin_convertvector between v4f and v4d into two 128-bit conversions.
+[[gnu::always_inline]] inline v4d widen(v4f x) { return v4d{x[0], x[1], x[2], x[3]}; }
+[[gnu::always_inline]] inline v4f narrow(v4d x) {
+  return v4f{static_cast<float>(x[0]), static_cast<float>(x[1]), static_cast<float>(x[2]), static_cast<float>(x[3])};
+}
+template <typename V>
+[[gnu::always_inline]] inline V vmax(V a, V b) {
+  return a > b ? a : b;
+}
+template <typename V>
+[[gnu::always_inline]] inline V vmin(V a, V b) {
+  return a < b ? a : b;
+}
+[[gnu::always_inline]] inline v4d vabs(v4d x) { return (v4d)((v4q)x & ~(uint64_t{1} << 63)); }
+template <typename V>
+[[gnu::always_inline]] inline auto lane_max(const V& v) {
+  auto m = v[0];
+  for (size_t j = 1; j < sizeof(V) / sizeof(m); ++j) m = std::max(m, v[j]);
+  return m;
+}
+template <typename V>
+[[gnu::always_inline]] inline int64_t lane_sum(const V& v) {
+  int64_t s = 0;
+  for (size_t j = 0; j < sizeof(V) / sizeof(v[0]); ++j) s += static_cast<int64_t>(v[j]);
+  return s;
+}
+
+// The kernel takes TU in {fp32, bf16} with each side stored as TU, fp32 or fp64; anything else is scalar.
+template <typename T, typename TU>
+constexpr bool kVectorSide =
+    std::is_same_v<T, TU> ? !std::is_same_v<TU, c10::Half> && !std::is_same_v<TU, double>
+                          : (std::is_same_v<TU, float> || std::is_same_v<TU, c10::BFloat16>) &&
+                                (std::is_same_v<T, float> || std::is_same_v<T, double>);
+
+// Eight elements of one side rounded to TU as static_cast<TU> rounds them: the sign and magnitude bits.
+struct UlpBits {
+  v8u sign;    // bit 31
+  v8u mag;     // NaN and Inf, and only they, reach UlpFormat<TU>::kInfBits
+  v8u stored;  // the stored value's magnitude as fp32 bits (exact for fp32 and bf16 storage)
+};
+
+template <typename T, typename TU>
+[[gnu::always_inline]] inline UlpBits load_bits(const T* p) {
+  if constexpr (std::is_same_v<T, c10::BFloat16>) {
+    // Element by element: GCC 12 splits __builtin_convertvector here into two 128-bit widenings.
+    const v8h h = load<v8h>(p);
+    const v8u raw = {h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]};
+    return {raw << 16, raw & 0x7FFFu, (raw & 0x7FFFu) << 16};
+  } else {
+    v8u f32;
+    if constexpr (std::is_same_v<T, float>) {
+      f32 = load<v8u>(p);
+    } else {
+      // static_cast<TU> of a double goes through float, for bf16 too (c10::BFloat16 has no double constructor).
+      const v4f f[2] = {narrow(load<v4d>(p)), narrow(load<v4d>(p + 4))};
+      std::memcpy(&f32, f, sizeof f);
+    }
+    const v8u m = f32 & 0x7FFFFFFFu;
+    if constexpr (std::is_same_v<TU, float>) return {f32, m, m};
+    // c10::BFloat16(float)'s round to nearest even, on the magnitude: a finite value's carry never reaches the sign
+    // bit, and a NaN lands at or above Inf's bits, which is all the kernel needs to hand its block to the scalar path.
+    return {f32, (m + 0x7FFFu + ((m << 15) >> 31)) >> 16, m};
+  }
+}
+
+// Four elements' stored values in fp64. A bf16 side reads the fp32 bits that the first loop of the kernel left in
+// f32: converting there, eight at a time, takes a third of the instructions.
+template <typename T>
+[[gnu::always_inline]] inline v4d load_values(const T* p, const float* f32) {
+  if constexpr (std::is_same_v<T, double>) {
+    return load<v4d>(p);
+  } else if constexpr (std::is_same_v<T, float>) {
+    return widen(load<v4f>(p));
+  } else {
+    return widen(load<v4f>(f32));
+  }
+}
+
+// A block's totals, lane by lane.
+struct VectorSums {
+  v4d sum_abs{}, sum_rel{}, sum_aa{}, sum_ee{}, sum_dd{}, sum_ae{};
+  v4d max_abs = v4d{} - 1, max_rel = v4d{} - 1;
+  v8u max_ulp{};
+  v8u ulp_low{}, ulp_high{};  // the distances' low and high 16 bits, each summed exactly over a block
+  double max_abs_expected = 0;
+  int64_t rel_defined = 0;
+};
+
+// A block's per-element values, for what lane totals cannot say: where a maximum sits, which elements differ, the
+// histograms and the heatmap. (Where the largest relative error sits is recomputed from abs: it is rarely asked.)
+struct VectorArrays {
+  alignas(32) double abs[kBlock];
+  alignas(32) uint32_t ulp[kBlock];
+  alignas(32) float act_f32[kBlock], exp_f32[kBlock];  // a bf16 side's values as fp32
+};
+
+// Prefetches the line holding p[ahead], computed without pointer arithmetic as that element may lie past the tensor.
+template <typename T>
+[[gnu::always_inline]] inline void prefetch(const T* p, int64_t ahead) {
+  __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p) + ahead * sizeof(T)));
+}
+
+// Counts errors[0, kErrCopies) into the slot counts, element c into copy c.
+[[gnu::always_inline]] inline void count_errors(uint32_t* counts, const double* errors) {
+  for (int c = 0; c < kErrCopies; ++c) ++counts[c * kErrCopyStride + err_slot(errors[c])];
+}
+
+// n (a multiple of 32) elements of actual against expected, and with kCountErrors their errors into err_counts. False,
+// with s and b partly written, where one of them is not finite in TU. Two loops, each with few enough accumulators for
+// AVX2's 16 registers (the expected side's magnitude goes to the first where its bits hold it exactly): a sum spilled
+// to the stack would chain every iteration on a store-to-load forward.
+template <typename TA, typename TE, typename TU, bool kCountErrors>
+[[gnu::always_inline]] inline bool scan_vector_block(const TA* act, const TE* exp, int64_t n, VectorSums& s,
+                                                     VectorArrays& b, uint32_t* err_counts) {
+  constexpr bool kExpectedBits = !std::is_same_v<TE, double>;
+  v8u max_mag{}, max_expected{};
+  v8i expected_zero{};
+  for (int64_t i = 0; i < n; i += 8) {
+    // The next block's inputs, spread over this loop: the hardware prefetcher alone falls behind while the rest of the
+    // block is computed, and a burst of prefetches at the start of a block stalls it. (Past the end of the tensor they
+    // are harmless: prefetches do not fault.)
+    prefetch(act + i, kBlock);
+    prefetch(exp + i, kBlock);
+    const UlpBits a = load_bits<TA, TU>(act + i), e = load_bits<TE, TU>(exp + i);
+    if constexpr (std::is_same_v<TA, c10::BFloat16>) store(b.act_f32 + i, a.sign);
+    if constexpr (std::is_same_v<TE, c10::BFloat16>) store(b.exp_f32 + i, e.sign);
+    max_mag = vmax(max_mag, vmax(a.mag, e.mag));
+    if constexpr (kExpectedBits) {
+      max_expected = vmax(max_expected, e.stored);
+      expected_zero -= e.stored == 0;
+    }
+    // The ordered-integer distance without forming ordered integers: magnitudes subtract on one side of zero and
+    // add across it (+0 and -0 have magnitude 0).
+    const v8i d = (v8i)(a.mag - e.mag);
+    const v8u ulp = (v8i)(a.sign ^ e.sign) < 0 ? a.mag + e.mag : (v8u)(d < 0 ? -d : d);
+    store(b.ulp + i, ulp);
+    s.max_ulp = vmax(s.max_ulp, ulp);
+    if constexpr (sizeof(TU) == 2) {
+      s.ulp_low += ulp;
+    } else {
+      s.ulp_low += ulp & 0xFFFFu;
+      s.ulp_high += ulp >> 16;
+    }
+  }
+  if (lane_max(max_mag) >= UlpFormat<TU>::kInfBits) return false;
+  v4d max_e_abs{};
+  v4l e_zero{};
+  const auto step = [&](int64_t i) {
+    const v4d av = load_values(act + i, b.act_f32 + i), ev = load_values(exp + i, b.exp_f32 + i);
+    const v4d diff = av - ev, err = vabs(diff), e_abs = vabs(ev);
+    // An integer compare: the floating-point ones share pipes with this loop's many additions.
+    const v4l zero = (v4l)e_abs == 0;
+    // 0 where the relative error is not defined: it cannot exceed a defined one, which is at least 0.
+    const v4d rel = (v4d)((v4l)(err / e_abs) & ~zero);
+    store(b.abs + i, err);
+    s.sum_abs += err;
+    s.max_abs = vmax(s.max_abs, err);
+    s.sum_aa += av * av;
+    s.sum_ee += ev * ev;
+    s.sum_dd += diff * diff;
+    s.sum_ae += av * ev;
+    s.sum_rel += rel;
+    s.max_rel = vmax(s.max_rel, rel);
+    if constexpr (!kExpectedBits) {
+      max_e_abs = vmax(max_e_abs, e_abs);
+      e_zero -= zero;
+    }
+  };
+  // The histogram's loads and increments go to the scalar and memory pipes beside the vector work of this loop, rather
+  // than to a loop of their own. A step counts the errors stored kLag elements before it: a load of part of a store
+  // still in flight waits for the store to complete.
+  constexpr int64_t kLag = 8 * kLanes;
+  const int64_t lead = std::min(kLag, n);
+#pragma GCC unroll 1
+  for (int64_t i = 0; i < lead; i += kLanes) step(i);
+  for (int64_t i = lead; i < n; i += kLanes) {
+    step(i);
+    if constexpr (kCountErrors) count_errors(err_counts, b.abs + i - kLag);
+  }
+  if constexpr (kCountErrors) {
+#pragma GCC unroll 1
+    for (int64_t i = n - lead; i < n; i += kLanes) count_errors(err_counts, b.abs + i);
+  }
+  if constexpr (kExpectedBits) {
+    s.max_abs_expected = std::bit_cast<float>(lane_max(max_expected));
+    s.rel_defined = n - lane_sum(expected_zero);
+  } else {
+    s.max_abs_expected = lane_max(max_e_abs);
+    s.rel_defined = n - lane_sum(e_zero);
+  }
+  return true;
+}
+
+// How many of n (a multiple of 32) distances exceed each of the first K edges. Only edges below a block's largest
+// distance can be exceeded, so a block of small distances counts few.
+template <int K>
+[[gnu::always_inline]] inline void count_above_edges(const uint32_t* ulp, int64_t n, std::array<int64_t, 10>& above) {
+  if constexpr (K > 0) {
+    // Distances clamped to what the edges tell apart share a 32-bit lane (four in bytes while the edges stay below
+    // 127, else two), so one compare counts that many. Signed lanes: AVX2 has no unsigned compares.
+    constexpr bool kBytes = kUlpEdges[K - 1] < 127;
+    using Lane = std::conditional_t<kBytes, int8_t, int16_t>;
+    using Lanes = std::conditional_t<kBytes, v32c, v16s>;
+    constexpr int kPack = 4 / sizeof(Lane);
+    constexpr uint32_t kClamp = sizeof(Lane) == 1 ? 127 : 2048;
+    Lanes acc[K] = {};  // at most kBlock / 32 or kBlock / 16 per lane
+    for (int64_t i = 0; i < n; i += 8 * kPack) {
+      v8u packed{};
+      for (int p = 0; p < kPack; ++p)
+        packed |= vmin(load<v8u>(ulp + i + 8 * p), v8u{} + kClamp) << static_cast<int>(8 * sizeof(Lane) * p);
+      for (int k = 0; k < K; ++k) acc[k] -= (Lanes)packed > static_cast<Lane>(kUlpEdges[k]);
+    }
+    for (int k = 0; k < K; ++k) above[k] = lane_sum(acc[k]);
+  }
+}
+
+template <typename T>
+int64_t first_index_of(const T* values, int64_t n, T v) {
+  return std::find(values, values + n, v) - values;
+}
+
+// ---- one chunk --------------------------------------------------------------------------------------------------
 
 struct Partial {
   int64_t bitwise_diff = 0, nan_mismatch = 0, inf_mismatch = 0, nan_expected = 0, both_nan = 0;
@@ -129,7 +455,6 @@ struct Partial {
   int64_t max_ulp = -1;
   int64_t max_abs_at = -1, max_rel_at = -1, max_ulp_at = -1;
   std::array<int64_t, kUlpBuckets> ulp_hist{};
-  std::vector<uint32_t> err_hist = std::vector<uint32_t>(kErrBuckets);  // counts of one chunk fit 32 bits
   std::vector<int64_t> first;    // flat indices of the chunk's first listed elements
   std::vector<double> grid;      // the error grid's cells this chunk touched (max is order-free)
 };
@@ -143,113 +468,268 @@ struct Grid {
 int64_t block_of(int64_t r, int64_t n, int64_t bins) { return ((r + 1) * bins - 1) / n; }
 int64_t block_start(int64_t i, int64_t n, int64_t bins) { return i * n / bins; }
 
-// One chunk [begin, end) of actual (TA) against expected (TE), classified and ULP-counted in TU. The accumulators
-// are locals, not members of `p`: through a reference the compiler must assume the histogram stores alias them and
-// keeps every sum in memory.
+// What one thread reuses from chunk to chunk and from call to call.
+class Scratch {
+ public:
+  static Scratch& of_this_thread() {
+    // On the heap: a thread-local object this large could exhaust the static TLS of a library loaded with dlopen.
+    thread_local const std::unique_ptr<Scratch> scratch = std::make_unique<Scratch>();
+    return *scratch;
+  }
+  VectorArrays block;
+
+  // The |err| slot counts, zero, for the chunks of one task: a count is an integer, so a thread adds up all its chunks
+  // in any order before their counts go into the histogram. (A task that threw left them dirty: cleared here.)
+  uint32_t* start_counting() {
+    if (err_counts_.empty()) err_counts_.resize(kErrCopies * kErrCopyStride);
+    if (counting_) std::fill(err_counts_.begin(), err_counts_.end(), 0);
+    counting_ = true;
+    return err_counts_.data();
+  }
+  // Adds the counts into the buckets of hist, and zeroes them. None lies past the slot of max_err, the largest error
+  // counted (negative: none).
+  void fold_counts(double max_err, std::vector<uint64_t>& hist) {
+    const int64_t slots = max_err < 0 ? 0 : (err_slot(max_err) | 3) + 1;
+    for (int c = 0; c < kErrCopies; ++c) {
+      uint32_t* const copy = err_counts_.data() + c * kErrCopyStride;
+      for (int64_t i = 0; i < slots; ++i) hist[i >> 2] += copy[i];
+      std::fill_n(copy, slots, 0);
+    }
+    counting_ = false;
+  }
+
+ private:
+  std::vector<uint32_t> err_counts_;
+  bool counting_ = false;
+};
+
+// The largest value offered and where it was first offered.
+template <typename T>
+struct Max {
+  T value = -1;
+  int64_t at = -1;
+  void offer(T v, int64_t i) {
+    if (v > value) value = v, at = i;
+  }
+};
+
+// One chunk of actual (TA) against expected (TE), ULP-counted in TU.
 template <typename TA, typename TE, typename TU>
-void scan_chunk(const TA* act, const TE* exp, int64_t begin, int64_t end, const Grid& g, const CompareOptions& opts,
-                Partial& p, std::vector<double>* comparable_errors) {
-  using UlpSum = std::conditional_t<sizeof(TU) == 8, double, uint64_t>;  // exact below fp64, which can saturate
-  constexpr int kWidth = sizeof(TU) * 8;
-  constexpr uint64_t kMagnitude = (uint64_t{1} << (kWidth - 1)) - 1;
-  // +Inf: every exponent bit set, no significand bit; larger magnitudes are NaN.
-  constexpr uint64_t kInfBits = kMagnitude & ~((uint64_t{1} << (std::numeric_limits<TU>::digits - 1)) - 1);
-  constexpr double kInfinity = std::numeric_limits<double>::infinity();
-  const bool allow_nan = opts.allow_nan;
-  const auto first_n = static_cast<size_t>(std::max(opts.first_n, 0));
-  int64_t bitwise_diff = 0, nan_mismatch = 0, inf_mismatch = 0, nan_expected = 0, both_nan = 0;
-  int64_t comparable = 0, rel_defined = 0;
-  double sum_abs = 0, sum_rel = 0, sum_aa = 0, sum_ee = 0, sum_dd = 0, sum_ae = 0;
-  double max_abs = -1, max_rel = -1, max_abs_expected = 0;
-  int64_t max_ulp = -1, max_abs_at = -1, max_rel_at = -1, max_ulp_at = -1;
-  UlpSum sum_ulp = 0;
-  std::array<int64_t, kUlpBuckets> ulp_hist{};
-  uint32_t* const err_hist = p.err_hist.data();
-  p.grid.assign(g.cell_rows * g.cell_cols, 0.0);
+class ChunkScan {
+ public:
+  // Exactly one of err_counts (Scratch::start_counting) and comparable_errors: where the |err| percentiles come from.
+  ChunkScan(const TA* act, const TE* exp, const Grid& g, const CompareOptions& opts, Partial& p, Scratch& scratch,
+            uint32_t* err_counts, std::vector<double>* comparable_errors)
+      : act_(act), exp_(exp), g_(g), allow_nan_(opts.allow_nan),
+        first_n_(static_cast<size_t>(std::max(opts.first_n, 0))), p_(p), scratch_(scratch), err_counts_(err_counts),
+        comparable_errors_(comparable_errors) {
+    p_.grid.assign(g.cell_rows * g.cell_cols, 0.0);
+  }
 
-  // Walk the chunk in runs that stay within one grid cell, so the cell's max is a local in the hot loop.
-  int64_t pos = begin;
-  int64_t row = begin / g.cols, col = begin % g.cols;
-  while (pos < end) {
-    const int64_t cell_row = block_of(row, g.rows, g.cell_rows);
-    const int64_t cell_col = block_of(col, g.cols, g.cell_cols);
-    const int64_t run_end = pos + std::min(block_start(cell_col + 1, g.cols, g.cell_cols) - col, end - pos);
-    double cell_max = 0;
-    for (int64_t i = pos; i < run_end; ++i) {
-      const double a64 = static_cast<double>(act[i]), e64 = static_cast<double>(exp[i]);
-      // Classification in TU: a wider side is rounded to the narrower dtype first (exactly what .to() does).
-      const uint64_t ab = Bits<TU>::of(static_cast<TU>(act[i])), eb = Bits<TU>::of(static_cast<TU>(exp[i]));
-      const uint64_t am = ab & kMagnitude, em = eb & kMagnitude;
-      const bool a_nan = am > kInfBits, e_nan = em > kInfBits;
-      const bool any_nan = a_nan || e_nan, both = a_nan && e_nan;
-      // Ordered integers: -0 and +0 both map to 0, so equal values (NaN aside) have equal ordered integers. Signs
-      // are random in real data: everything here is branch-free arithmetic, a mispredicted branch costs more than
-      // the whole element.
-      const int64_t oa = negate_if(static_cast<int64_t>(am), ab >> (kWidth - 1));
-      const int64_t oe = negate_if(static_cast<int64_t>(em), eb >> (kWidth - 1));
-      const bool differs = (any_nan || oa != oe) && !both;
-      const bool nan_mis = allow_nan ? a_nan != e_nan : any_nan;
-      const bool inf_mis = (am == kInfBits || em == kInfBits) && differs && !any_nan;
-      const bool comp = !any_nan && !inf_mis;
-      uint64_t ulp;
-      if constexpr (sizeof(TU) < 8) {
-        const int64_t d = oa - oe;
-        ulp = static_cast<uint64_t>(negate_if(d, static_cast<uint64_t>(d) >> 63));
-      } else {
-        // Opposite-sign fp64 distances exceed int64: saturate as ulp_distance() does.
-        const auto ua = static_cast<uint64_t>(oa), ue = static_cast<uint64_t>(oe);
-        ulp = (oa >= 0) == (oe >= 0) ? (oa > oe ? ua - ue : ue - ua) : std::min<uint64_t>(am + em, kMaxUlp);
+  void scan(int64_t begin, int64_t end) {
+    for (int64_t pos = begin; pos < end; pos += kBlock) {
+      const int64_t n = std::min(kBlock, end - pos);
+      int64_t done = 0;
+      if constexpr (kVectorSide<TA, TU> && kVectorSide<TE, TU>) {
+        if (const int64_t whole = n & ~int64_t{31}; whole > 0) {
+          VectorSums s;
+          VectorArrays& b = scratch_.block;
+          const TA* const a = act_ + pos;
+          const TE* const e = exp_ + pos;
+          if (err_counts_ ? scan_vector_block<TA, TE, TU, true>(a, e, whole, s, b, err_counts_)
+                          : scan_vector_block<TA, TE, TU, false>(a, e, whole, s, b, nullptr))
+            add_vector_block(pos, whole, s, b), done = whole;
+        }
       }
-      const double abs_err = a64 == e64 ? 0.0 : std::fabs(a64 - e64);  // Inf - Inf is no error
+      if (done < n) scan_scalar(pos + done, pos + n);
+    }
+    finish();
+  }
 
-      bitwise_diff += differs;
-      nan_mismatch += nan_mis;
-      inf_mismatch += inf_mis;
-      nan_expected += e_nan;
-      both_nan += both;
-      comparable += comp;
-      const double e_abs = std::fabs(e64);
-      if (e_abs < kInfinity && e_abs > max_abs_expected) max_abs_expected = e_abs;
-      if (comp) {
-        sum_abs += abs_err;
-        if (comparable_errors) comparable_errors->push_back(abs_err);
-        sum_ulp += static_cast<UlpSum>(ulp);
-        if (abs_err > max_abs) max_abs = abs_err, max_abs_at = i;
-        if (static_cast<int64_t>(ulp) > max_ulp) max_ulp = static_cast<int64_t>(ulp), max_ulp_at = i;
-        ++ulp_hist[ulp_bucket(ulp)];
-        ++err_hist[std::bit_cast<uint64_t>(abs_err) >> kErrShift];
-        if (abs_err > cell_max) cell_max = abs_err;
-        if (std::fabs(a64) < kInfinity && e_abs < kInfinity) {
-          sum_aa += a64 * a64;
-          sum_ee += e64 * e64;
-          sum_dd += (a64 - e64) * (a64 - e64);
-          sum_ae += a64 * e64;
-          if (e64 != 0) {
-            const double rel = abs_err / e_abs;
-            ++rel_defined;
-            sum_rel += rel;
-            if (rel > max_rel) max_rel = rel, max_rel_at = i;
+ private:
+  using UlpSum = std::conditional_t<sizeof(TU) == 8, double, uint64_t>;  // exact below fp64, which can saturate
+
+  // The chunk's running totals.
+  struct Totals {
+    int64_t bitwise_diff = 0, nan_mismatch = 0, inf_mismatch = 0, nan_expected = 0, both_nan = 0;
+    int64_t comparable = 0, rel_defined = 0;
+    std::array<double, kLanes> sum_abs{}, sum_rel{}, sum_aa{}, sum_ee{}, sum_dd{}, sum_ae{};
+    UlpSum sum_ulp = 0;
+    double max_abs_expected = 0;
+    Max<double> max_abs, max_rel;
+    Max<int64_t> max_ulp;
+    std::array<int64_t, kUlpBuckets> ulp_hist{};
+  };
+
+  void add_vector_block(int64_t pos, int64_t n, const VectorSums& s, const VectorArrays& b) {
+    Totals& t = t_;
+    t.comparable += n;
+    for (int j = 0; j < kLanes; ++j) {
+      t.sum_abs[j] += s.sum_abs[j];
+      t.sum_rel[j] += s.sum_rel[j];
+      t.sum_aa[j] += s.sum_aa[j];
+      t.sum_ee[j] += s.sum_ee[j];
+      t.sum_dd[j] += s.sum_dd[j];
+      t.sum_ae[j] += s.sum_ae[j];
+    }
+    t.rel_defined += s.rel_defined;
+    t.sum_ulp += static_cast<UlpSum>((lane_sum(s.ulp_high) << 16) + lane_sum(s.ulp_low));
+    t.max_abs_expected = std::max(t.max_abs_expected, s.max_abs_expected);
+    // A block rarely holds a new maximum: look for where it sits only then.
+    const double block_max_abs = lane_max(s.max_abs), block_max_rel = lane_max(s.max_rel);
+    const uint32_t block_max_ulp = lane_max(s.max_ulp);
+    if (block_max_abs > t.max_abs.value) t.max_abs = {block_max_abs, pos + first_index_of(b.abs, n, block_max_abs)};
+    if (s.rel_defined > 0 && block_max_rel > t.max_rel.value)
+      t.max_rel = {block_max_rel, pos + find_rel(pos, b.abs, block_max_rel)};
+    if (block_max_ulp > t.max_ulp.value) t.max_ulp = {block_max_ulp, pos + first_index_of(b.ulp, n, block_max_ulp)};
+
+    std::array<int64_t, kUlpEdges.size()> above{};
+    const int edges_below_max = ulp_bucket(block_max_ulp);
+    [&]<int... K>(std::integer_sequence<int, K...>) {
+      ((K == edges_below_max ? count_above_edges<K>(b.ulp, n, above) : void()), ...);
+    }(std::make_integer_sequence<int, kUlpEdges.size() + 1>{});
+    t.bitwise_diff += above[0];
+    t.ulp_hist[0] += n - above[0];
+    for (size_t k = 1; k < above.size(); ++k) t.ulp_hist[k] += above[k - 1] - above[k];
+    t.ulp_hist[above.size()] += above.back();
+
+    add_to_grid(pos, n, b.abs, block_max_abs);
+    if (above[0] > 0)
+      for (int64_t k = 0; k < n && p_.first.size() < first_n_; ++k)
+        if (b.ulp[k] != 0) p_.first.push_back(pos + k);
+    if (comparable_errors_) comparable_errors_->insert(comparable_errors_->end(), b.abs, b.abs + n);
+  }
+
+  // The first element of the vector block at pos whose relative error, computed as the kernel does, is rel.
+  int64_t find_rel(int64_t pos, const double* abs, double rel) const {
+    int64_t k = 0;
+    for (double e; (e = static_cast<double>(exp_[pos + k])) == 0 || abs[k] / std::fabs(e) != rel;) ++k;
+    return k;
+  }
+
+  // Elements the vector kernel does not take add to lane 0 in order: a comparison that is all scalar (fp64, fp16)
+  // sums exactly as one sequential loop does.
+  void scan_scalar(int64_t from, int64_t to) {
+    constexpr double kInfinity = std::numeric_limits<double>::infinity();
+    double* const cell = scratch_.block.abs;  // the heatmap value of each element
+    double block_max = 0;
+    // A local copy: with the totals behind `this`, the compiler must assume the stores to cell alias them and keeps
+    // every one in memory.
+    Totals t = t_;
+    for (int64_t i = from; i < to; ++i) {
+      const Element el = classify<TA, TE, TU>(act_[i], exp_[i], allow_nan_);
+      t.bitwise_diff += el.differs;
+      t.nan_mismatch += el.nan_mismatch;
+      t.inf_mismatch += el.inf_mismatch;
+      t.nan_expected += el.e_nan;
+      t.both_nan += el.both_nan;
+      t.comparable += el.comparable;
+      const double e_abs = std::fabs(el.e);
+      if (e_abs < kInfinity && e_abs > t.max_abs_expected) t.max_abs_expected = e_abs;
+      double value = 0;  // a matching NaN is no error
+      if (el.comparable) {
+        value = el.abs_err;
+        t.sum_abs[0] += el.abs_err;
+        if (comparable_errors_) comparable_errors_->push_back(el.abs_err);
+        t.sum_ulp += static_cast<UlpSum>(el.ulp);
+        t.max_abs.offer(el.abs_err, i);
+        t.max_ulp.offer(static_cast<int64_t>(el.ulp), i);
+        ++t.ulp_hist[ulp_bucket(el.ulp)];
+        if (err_counts_) ++err_counts_[err_slot(el.abs_err)];
+        if (std::fabs(el.a) < kInfinity && e_abs < kInfinity) {
+          t.sum_aa[0] += el.a * el.a;
+          t.sum_ee[0] += el.e * el.e;
+          t.sum_dd[0] += (el.a - el.e) * (el.a - el.e);
+          t.sum_ae[0] += el.a * el.e;
+          if (el.e != 0) {
+            const double rel = el.abs_err / e_abs;
+            ++t.rel_defined;
+            t.sum_rel[0] += rel;
+            t.max_rel.offer(rel, i);
           }
         }
-      } else if (nan_mis || inf_mis) {
-        cell_max = kInfinity;  // a matching NaN is no error
+      } else if (el.nan_mismatch || el.inf_mismatch) {
+        value = kInfinity;
       }
-      // The count first: whether an element differs is as random as the data.
-      if (p.first.size() < first_n && (differs || nan_mis)) [[unlikely]] p.first.push_back(i);
+      cell[i - from] = value;
+      block_max = std::max(block_max, value);
+      if (p_.first.size() < first_n_ && (el.differs || el.nan_mismatch)) p_.first.push_back(i);
     }
-    double& cell = p.grid[cell_row * g.cell_cols + cell_col];
-    cell = std::max(cell, cell_max);
-    col += run_end - pos;
-    pos = run_end;
-    if (col == g.cols) col = 0, ++row;
+    t_ = t;
+    add_to_grid(from, to - from, cell, block_max);
   }
-  p.bitwise_diff = bitwise_diff, p.nan_mismatch = nan_mismatch, p.inf_mismatch = inf_mismatch;
-  p.nan_expected = nan_expected, p.both_nan = both_nan, p.comparable = comparable, p.rel_defined = rel_defined;
-  p.sum_abs = sum_abs, p.sum_rel = sum_rel, p.sum_ulp = static_cast<double>(sum_ulp);
-  p.sum_aa = sum_aa, p.sum_ee = sum_ee, p.sum_dd = sum_dd, p.sum_ae = sum_ae;
-  p.max_abs = max_abs, p.max_rel = max_rel, p.max_abs_expected = max_abs_expected, p.max_ulp = max_ulp;
-  p.max_abs_at = max_abs_at, p.max_rel_at = max_rel_at, p.max_ulp_at = max_ulp_at;
-  p.ulp_hist = ulp_hist;
+
+  // Raises the heatmap cells under elements [pos, pos + n) to their values (max the largest of them).
+  void add_to_grid(int64_t pos, int64_t n, const double* value, double max) {
+    // A block usually sits in the span of the block before it.
+    if (pos >= span_begin_ && pos + n <= span_end_) {
+      p_.grid[span_cell_] = std::max(p_.grid[span_cell_], max);
+      return;
+    }
+    for (int64_t k = 0; k < n;) {
+      if (pos + k < span_begin_ || pos + k >= span_end_) find_span(pos + k);
+      const int64_t run = std::min(span_end_ - (pos + k), n - k);
+      p_.grid[span_cell_] = std::max(p_.grid[span_cell_], *std::max_element(value + k, value + k + run));
+      k += run;
+    }
+  }
+
+  // The stretch of flat indices around i that lies in one heatmap cell: part of a row, or whole rows of a view with
+  // one column.
+  void find_span(int64_t i) {
+    const int64_t row = i / g_.cols, cell_row = block_of(row, g_.rows, g_.cell_rows);
+    if (g_.cols == 1) {
+      span_begin_ = block_start(cell_row, g_.rows, g_.cell_rows);
+      span_end_ = block_start(cell_row + 1, g_.rows, g_.cell_rows);
+      span_cell_ = cell_row;
+    } else {
+      const int64_t cell_col = block_of(i % g_.cols, g_.cols, g_.cell_cols);
+      span_begin_ = row * g_.cols + block_start(cell_col, g_.cols, g_.cell_cols);
+      span_end_ = row * g_.cols + block_start(cell_col + 1, g_.cols, g_.cell_cols);
+      span_cell_ = cell_row * g_.cell_cols + cell_col;
+    }
+  }
+
+  // Lanes add up in a fixed order.
+  static double total(const std::array<double, kLanes>& lanes) { return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]); }
+
+  void finish() {
+    const Totals& t = t_;
+    Partial& p = p_;
+    p.bitwise_diff = t.bitwise_diff, p.nan_mismatch = t.nan_mismatch, p.inf_mismatch = t.inf_mismatch;
+    p.nan_expected = t.nan_expected, p.both_nan = t.both_nan;
+    p.comparable = t.comparable, p.rel_defined = t.rel_defined;
+    p.sum_abs = total(t.sum_abs), p.sum_rel = total(t.sum_rel), p.sum_ulp = static_cast<double>(t.sum_ulp);
+    p.sum_aa = total(t.sum_aa), p.sum_ee = total(t.sum_ee), p.sum_dd = total(t.sum_dd), p.sum_ae = total(t.sum_ae);
+    p.max_abs = t.max_abs.value, p.max_abs_at = t.max_abs.at;
+    p.max_rel = t.max_rel.value, p.max_rel_at = t.max_rel.at;
+    p.max_ulp = t.max_ulp.value, p.max_ulp_at = t.max_ulp.at;
+    p.max_abs_expected = t.max_abs_expected;
+    p.ulp_hist = t.ulp_hist;
+  }
+
+  const TA* act_;
+  const TE* exp_;
+  const Grid& g_;
+  const bool allow_nan_;
+  const size_t first_n_;
+  Partial& p_;
+  Scratch& scratch_;
+  uint32_t* const err_counts_;
+  std::vector<double>* comparable_errors_;
+  Totals t_;
+  int64_t span_begin_ = 0, span_end_ = 0, span_cell_ = 0;  // see find_span
+};
+
+// The vector kernel is written for AVX2 registers; the default clone runs it on SSE2 halves. No fma in the list:
+// a contracted a*a + s rounds differently, and every clone must produce the same bits.
+template <typename TA, typename TE, typename TU>
+__attribute__((target_clones("avx2", "default"), flatten)) void scan_chunk(const TA* act, const TE* exp, int64_t begin,
+                                                                   int64_t end, const Grid& g,
+                                                                   const CompareOptions& opts, Partial& p,
+                                                                   Scratch& scratch, uint32_t* err_counts,
+                                                                   std::vector<double>* comparable_errors) {
+  ChunkScan<TA, TE, TU>(act, exp, g, opts, p, scratch, err_counts, comparable_errors).scan(begin, end);
 }
 
 std::vector<int64_t> unravel(int64_t flat, at::IntArrayRef sizes) {
@@ -358,16 +838,30 @@ Metrics compare(const at::Tensor& actual, const at::Tensor& expected, const Comp
 
   const int64_t chunks = (m.numel + kChunk - 1) / kChunk;
   std::vector<Partial> parts(chunks);
+  const bool sort_errors = m.numel <= kExactPercentileLimit;
   std::vector<double> small_errors;  // every comparable |err|, for exact percentiles of a small tensor
+  std::vector<uint64_t> err_hist(kErrBuckets);  // for the percentiles of a larger one
+  std::mutex err_hist_mutex;
   with_storage_type(a.scalar_type(), [&]<typename TA>(TA) {
     with_storage_type(e.scalar_type(), [&]<typename TE>(TE) {
       using TU = std::conditional_t<(sizeof(TE) < sizeof(TA)), TE, TA>;  // narrower(): a tie goes to actual
       const auto* act = static_cast<const TA*>(a.const_data_ptr());
       const auto* exp = static_cast<const TE*>(e.const_data_ptr());
       at::parallel_for(0, chunks, 1, [&](int64_t lo, int64_t hi) {
-        for (int64_t c = lo; c < hi; ++c)
+        Scratch& scratch = Scratch::of_this_thread();
+        uint32_t* const err_counts = sort_errors ? nullptr : scratch.start_counting();
+        double max_err = -1;
+        for (int64_t c = lo; c < hi; ++c) {
           scan_chunk<TA, TE, TU>(act, exp, c * kChunk, std::min(m.numel, (c + 1) * kChunk), g, opts, parts[c],
-                                 m.numel <= kExactPercentileLimit ? &small_errors : nullptr);
+                                 scratch, err_counts, sort_errors ? &small_errors : nullptr);
+          max_err = std::max(max_err, parts[c].max_abs);
+          // Before a slot could count past 32 bits.
+          if (err_counts && ((c + 1 - lo) % kChunksPerFold == 0 || c + 1 == hi)) {
+            const std::lock_guard lock(err_hist_mutex);
+            scratch.fold_counts(max_err, err_hist);
+            if (c + 1 < hi) scratch.start_counting();
+          }
+        }
       });
       for (const Partial& p : parts)
         for (const int64_t i : p.first)
@@ -378,7 +872,6 @@ Metrics compare(const at::Tensor& actual, const at::Tensor& expected, const Comp
 
   // Merged in chunk order: the floating sums, and which of equal maxima is reported (the first), are fixed.
   Partial t;
-  std::vector<uint64_t> err_hist(kErrBuckets);
   grid.cells.assign(g.cell_rows * g.cell_cols, 0.0);
   for (const Partial& p : parts) {
     t.bitwise_diff += p.bitwise_diff;
@@ -400,7 +893,6 @@ Metrics compare(const at::Tensor& actual, const at::Tensor& expected, const Comp
     if (p.max_rel > t.max_rel) t.max_rel = p.max_rel, t.max_rel_at = p.max_rel_at;
     if (p.max_ulp > t.max_ulp) t.max_ulp = p.max_ulp, t.max_ulp_at = p.max_ulp_at;
     for (int b = 0; b < kUlpBuckets; ++b) t.ulp_hist[b] += p.ulp_hist[b];
-    for (int b = 0; b < kErrBuckets; ++b) err_hist[b] += p.err_hist[b];
     for (size_t c = 0; c < grid.cells.size(); ++c) grid.cells[c] = std::max(grid.cells[c], p.grid[c]);
   }
 
@@ -415,7 +907,7 @@ Metrics compare(const at::Tensor& actual, const at::Tensor& expected, const Comp
   m.mean_abs = mean(t.sum_abs, t.comparable);
   m.max_rel = std::max(t.max_rel, 0.0);
   m.mean_rel = mean(t.sum_rel, t.rel_defined);
-  m.abs_pct = m.numel <= kExactPercentileLimit ? exact_percentiles(std::move(small_errors))
+  m.abs_pct = sort_errors ? exact_percentiles(std::move(small_errors))
                                                 : histogram_percentiles(err_hist, t.comparable, m.max_abs);
   m.max_ulp = std::max<int64_t>(t.max_ulp, 0);
   m.mean_ulp = mean(t.sum_ulp, t.comparable);

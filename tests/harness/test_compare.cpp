@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <ostream>
@@ -335,6 +339,299 @@ TEST(Compare, ErrorGridKeepsSmallTensorsElementwiseAndMarksNonFinite) {
   EXPECT_EQ(scalar.rows * scalar.cols, 1);
   EXPECT_EQ(scalar.cells, std::vector<double>{0.5});
   EXPECT_TRUE(compare(at::zeros({0, 4}), at::zeros({0, 4})).error_grid.cells.empty());
+}
+
+// ---- tensors large enough for compare()'s vector path ------------------------------------------------------------
+// compare() takes blocks of finite values through a vector kernel and anything else through a scalar one, in chunks
+// spread over threads. The metrics below are recomputed here with plain ATen ops, element by element.
+
+// Every metric of `actual` against `expected` over the elements where `keep` is true, for finite inputs of the same
+// sign, ULPs counted in the narrower dtype.
+struct Reference {
+  int64_t bitwise_diff = 0, max_ulp = 0, worst_ulp = -1, worst_abs = -1, worst_rel = -1;
+  double max_abs = 0, mean_abs = 0, max_rel = 0, mean_rel = 0, mean_ulp = 0, rel_l2 = 0, cosine = 0;
+  double max_abs_expected = 0;
+  std::vector<int64_t> ulp_hist, differing;  // ulp_hist: the finite buckets; differing: flat indices, in order
+};
+
+// The ordered integer of each value rounded to `type`: the sign-magnitude bit pattern made two's complement.
+at::Tensor ordered(const at::Tensor& t, at::ScalarType type) {
+  const at::ScalarType bits = type == at::kDouble ? at::kLong : type == at::kFloat ? at::kInt : at::kShort;
+  const at::Tensor b = t.to(type).view(bits).to(at::kLong);
+  const int64_t magnitude_mask = type == at::kDouble ? std::numeric_limits<int64_t>::max()
+                                                     : (int64_t{1} << (t.to(type).element_size() * 8 - 1)) - 1;
+  const at::Tensor magnitude = b.bitwise_and(magnitude_mask);
+  return at::where(b < 0, -magnitude, magnitude);
+}
+
+Reference reference(const at::Tensor& actual, const at::Tensor& expected, const at::Tensor& keep) {
+  const at::ScalarType ulp_type =
+      expected.element_size() < actual.element_size() ? expected.scalar_type() : actual.scalar_type();
+  const at::Tensor index = at::arange(actual.numel(), at::kLong).masked_select(keep.reshape(-1));
+  const at::Tensor a = actual.reshape(-1).index_select(0, index), e = expected.reshape(-1).index_select(0, index);
+  const at::Tensor a64 = a.to(at::kDouble), e64 = e.to(at::kDouble);
+  const at::Tensor ulp = (ordered(a, ulp_type) - ordered(e, ulp_type)).abs();
+  const at::Tensor err = (a64 - e64).abs();
+  const at::Tensor defined = e64 != 0;
+  const at::Tensor rel = at::where(defined, err / e64.abs(), -1.0);
+  const auto at_index = [&](const at::Tensor& t) { return index[t.argmax().item<int64_t>()].item<int64_t>(); };
+  Reference r;
+  r.bitwise_diff = (ulp != 0).sum().item<int64_t>();
+  r.max_ulp = ulp.max().item<int64_t>();
+  r.worst_ulp = at_index(ulp);
+  r.mean_ulp = ulp.to(at::kDouble).mean().item<double>();
+  r.max_abs = err.max().item<double>();
+  r.worst_abs = at_index(err);
+  r.mean_abs = err.mean().item<double>();
+  r.max_rel = rel.max().item<double>();
+  r.worst_rel = at_index(rel);
+  r.mean_rel = err.masked_select(defined).div(e64.masked_select(defined).abs()).mean().item<double>();
+  r.rel_l2 = ((a64 - e64).square().sum().sqrt() / e64.square().sum().sqrt()).item<double>();
+  r.cosine = ((a64 * e64).sum() / (a64.square().sum().sqrt() * e64.square().sum().sqrt())).item<double>();
+  r.max_abs_expected = e64.abs().max().item<double>();
+  // Bucket b holds the distances in (edge[b-1], edge[b]]: bucketize counts the edges below a distance.
+  const at::Tensor edges = at::tensor(std::vector<int64_t>{0, 1, 2, 4, 8, 16, 32, 64, 256, 1024}, at::kLong);
+  const at::Tensor hist = at::bincount(at::bucketize(ulp, edges), {}, kUlpBuckets - 1);
+  r.ulp_hist.assign(hist.data_ptr<int64_t>(), hist.data_ptr<int64_t>() + hist.numel());
+  const at::Tensor differing = index.masked_select(ulp != 0);
+  r.differing.assign(differing.data_ptr<int64_t>(), differing.data_ptr<int64_t>() + differing.numel());
+  return r;
+}
+
+Reference reference(const at::Tensor& actual, const at::Tensor& expected) {
+  return reference(actual, expected, at::ones(actual.sizes(), at::kBool));
+}
+
+// Relative agreement for the sums, which compare() adds up in another order.
+void expect_close(double got, double want, const char* what) {
+  EXPECT_NEAR(got, want, 1e-12 * std::max(std::fabs(want), 1e-300)) << what;
+}
+
+// compare()'s metrics against the reference, which left out `uncomparable` elements that differ.
+void expect_matches(const Metrics& m, const Reference& r, at::IntArrayRef sizes, int64_t uncomparable = 0) {
+  const auto nd = [&](int64_t flat) {
+    std::vector<int64_t> index(sizes.size());
+    for (size_t d = sizes.size(); d-- > 0;) index[d] = flat % sizes[d], flat /= sizes[d];
+    return index;
+  };
+  EXPECT_EQ(m.bitwise_diff, r.bitwise_diff + uncomparable);
+  EXPECT_EQ(m.max_ulp, r.max_ulp);
+  EXPECT_EQ(m.worst_ulp_index, nd(r.worst_ulp));
+  EXPECT_EQ(m.max_abs, r.max_abs);
+  EXPECT_EQ(m.worst_abs_index, nd(r.worst_abs));
+  EXPECT_EQ(m.max_rel, r.max_rel);
+  EXPECT_EQ(m.worst_rel_index, nd(r.worst_rel));
+  EXPECT_EQ(m.max_abs_expected_value, r.max_abs_expected);
+  EXPECT_EQ(std::vector<int64_t>(m.ulp_hist.begin(), m.ulp_hist.end() - 1), r.ulp_hist);
+  expect_close(m.mean_abs, r.mean_abs, "mean_abs");
+  expect_close(m.mean_rel, r.mean_rel, "mean_rel");
+  expect_close(m.mean_ulp, r.mean_ulp, "mean_ulp");
+  expect_close(m.rel_l2, r.rel_l2, "rel_l2");
+  expect_close(m.cosine, r.cosine, "cosine");
+}
+
+// An expected tensor and an actual one off it by a relative error whose scale changes every 3000 elements (from 1e-2
+// to 1e-9, so that stretches of elements are 0, a few or thousands of ULPs apart), of the same sign, with some exact
+// matches and some zeros.
+std::pair<at::Tensor, at::Tensor> noisy_pair(int64_t n, at::ScalarType actual_type, at::ScalarType expected_type,
+                                             uint64_t seed) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const auto fp64 = at::TensorOptions().dtype(at::kDouble);
+  at::Tensor expected = at::normal(0.0, 1.0, {n}, gen, fp64);
+  const at::Tensor scale = at::pow(10.0, -(at::arange(n, fp64).div(3000).floor().remainder(8) + 2));
+  at::Tensor actual = expected * (1 + scale * at::normal(0.0, 1.0, {n}, gen, fp64));
+  const at::Tensor same = at::rand({n}, gen, fp64) < 0.2;
+  actual = at::where(same, expected, actual);
+  const at::Tensor zero = at::rand({n}, gen, fp64) < 0.01;
+  expected = at::where(zero, 0.0, expected), actual = at::where(zero, 0.0, actual);
+  return {actual.to(actual_type), expected.to(expected_type)};
+}
+
+// Every dtype pair, through the vector kernel (bf16 or fp32 ULPs) or not (fp16, fp64), over several chunks and a
+// length that is a multiple of no block size.
+TEST(CompareLarge, MatchesAnIndependentComputation) {
+  const int64_t n = (int64_t{5} << 18) / 2 + 1000 + 7;
+  const std::pair<at::ScalarType, at::ScalarType> pairs[] = {
+      {at::kBFloat16, at::kFloat},   {at::kFloat, at::kFloat},     {at::kFloat, at::kDouble},
+      {at::kBFloat16, at::kDouble},  {at::kBFloat16, at::kBFloat16}, {at::kFloat, at::kBFloat16},
+      {at::kHalf, at::kFloat},       {at::kDouble, at::kDouble}};
+  uint64_t seed = 1;
+  for (const auto& [actual_type, expected_type] : pairs) {
+    SCOPED_TRACE(dtype_name(actual_type) + " vs " + dtype_name(expected_type));
+    const auto [actual, expected] = noisy_pair(n, actual_type, expected_type, seed++);
+    const Metrics m = compare(actual, expected, {.first_n = 40});
+    const Reference r = reference(actual, expected);
+    expect_matches(m, r, actual.sizes());
+    EXPECT_EQ(m.nan_mismatch + m.inf_mismatch, 0);
+    ASSERT_EQ(m.first.size(), 40u);
+    for (size_t i = 0; i < m.first.size(); ++i) EXPECT_EQ(m.first[i].index, std::vector<int64_t>{r.differing[i]});
+  }
+}
+
+// One NaN in the middle of a clean 2^20-element tensor sends its block to the scalar path; the blocks around it stay
+// vectorized, and the metrics are those of every other element.
+TEST(CompareLarge, OneNaNInTheMiddle) {
+  const int64_t n = int64_t{1} << 20, nan_at = n / 2 + 123;
+  auto [actual, expected] = noisy_pair(n, at::kBFloat16, at::kFloat, 7);
+  actual[nan_at] = std::numeric_limits<double>::quiet_NaN();
+  const at::Tensor keep = at::arange(n) != nan_at;
+  const Reference r = reference(actual, expected, keep);
+  const Metrics m = compare(actual, expected, {.first_n = 1000000});
+  expect_matches(m, r, actual.sizes(), 1);
+  EXPECT_EQ(m.nan_mismatch, 1);
+  EXPECT_EQ(m.ulp_hist[kUlpBuckets - 1], 1);
+  // Listed in order, the NaN among the differing elements.
+  std::vector<int64_t> want = r.differing;
+  want.insert(std::upper_bound(want.begin(), want.end(), nan_at), nan_at);
+  ASSERT_EQ(m.first.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(m.first[i].index, std::vector<int64_t>{want[i]}) << i;
+}
+
+// The finite rows of the edge table, each filling whole blocks of the vector kernel (where the dtype has one).
+TEST(CompareLarge, EdgeDistancesInFullBlocks) {
+  for (const Edges& d : kEdges) {
+    const struct {
+      double a, b;
+      int64_t ulps;
+    } table[] = {
+        {0.0, -0.0, 0},
+        {d.min_subnormal, 0.0, 1},
+        {-d.min_subnormal, d.min_subnormal, 2},
+        {d.min_normal, d.min_normal - d.min_subnormal, 1},
+        {1.0, d.below_one, 1},
+        {d.below_one, 1.0 + d.ulp_one, 2},
+        {-1.0, -d.below_one, 1},
+        {1.0, 1.0 + 4 * d.ulp_one, 4},
+        {d.max_finite, d.max_finite - d.top_spacing, 1},
+    };
+    for (const auto& row : table) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(d.type) << ": " << row.a << " vs " << row.b);
+      const Metrics m =
+          compare(vec(std::vector<double>(96, row.a), d.type), vec(std::vector<double>(96, row.b), d.type));
+      EXPECT_EQ(m.max_ulp, row.ulps);
+      EXPECT_EQ(m.bitwise_diff, row.ulps == 0 ? 0 : 96);
+      EXPECT_EQ(m.nan_mismatch + m.inf_mismatch, 0);
+    }
+  }
+}
+
+// A finite fp32 that rounds to Inf in bf16 is an Inf in ULP terms, wherever its block is scanned.
+TEST(CompareLarge, Fp32RoundingToBf16InfIsAnInfMismatch) {
+  std::vector<double> expected(512, 1.0);
+  expected[300] = 3.4e38;  // rounds to bf16 Inf
+  const Metrics m = compare(vec(std::vector<double>(512, 1.0), at::kBFloat16), vec(expected, at::kFloat));
+  EXPECT_EQ(m.inf_mismatch, 1);
+  EXPECT_EQ(m.bitwise_diff, 1);
+  EXPECT_EQ(m.max_abs, 0);
+  EXPECT_EQ(m.max_abs_expected_value, static_cast<double>(static_cast<float>(3.4e38)));
+}
+
+// Equal maxima in different chunks and blocks: the first is reported, whichever thread scanned it.
+TEST(CompareLarge, TiesGoToTheFirst) {
+  const int64_t n = 3 * (int64_t{1} << 18);
+  at::Tensor expected = at::ones({n}, at::kFloat), actual = expected.clone();
+  for (const int64_t i : {int64_t{700}, int64_t{1} << 18, (int64_t{1} << 19) + 5}) actual[i] = 1.5;
+  const Metrics m = compare(actual, expected);
+  EXPECT_EQ(m.worst_abs_index, std::vector<int64_t>{700});
+  EXPECT_EQ(m.worst_rel_index, std::vector<int64_t>{700});
+  EXPECT_EQ(m.worst_ulp_index, std::vector<int64_t>{700});
+  EXPECT_EQ(m.max_abs, 0.5);
+}
+
+// The relative error is not defined where expected is 0, however large the error there.
+TEST(CompareLarge, RelativeErrorSkipsZerosInAVectorBlock) {
+  std::vector<double> expected(512, 2.0), actual(512, 2.0);
+  expected[10] = 0, actual[10] = 5;  // the largest abs error, no relative error
+  actual[400] = 2.5;                 // the largest relative error
+  const Metrics m = compare(vec(actual, at::kFloat), vec(expected, at::kFloat));
+  EXPECT_EQ(m.worst_abs_index, std::vector<int64_t>{10});
+  EXPECT_EQ(m.worst_rel_index, std::vector<int64_t>{400});
+  EXPECT_EQ(m.max_rel, 0.25);
+  EXPECT_DOUBLE_EQ(m.mean_rel, 0.25 / 511);
+}
+
+// Every field, the floating sums included, is the same on one thread and on several.
+TEST(CompareLarge, IndependentOfTheThreadCount) {
+  const int64_t n = 7 * 187295;  // five chunks and a bit, seven columns
+  auto [actual, expected] = noisy_pair(n, at::kBFloat16, at::kFloat, 11);
+  actual[12345] = std::numeric_limits<double>::quiet_NaN();
+  expected[700000] = std::numeric_limits<double>::infinity();
+  actual[1000001] = -std::numeric_limits<double>::infinity();
+  const int threads = at::get_num_threads();
+  std::vector<Metrics> runs;
+  for (const int t : {1, 2, 3}) {
+    at::set_num_threads(t);
+    runs.push_back(compare(actual.view({-1, 7}), expected.view({-1, 7}), {.first_n = 20}));
+  }
+  at::set_num_threads(threads);
+  for (const Metrics& m : runs) {
+    const Metrics& one = runs.front();
+    EXPECT_EQ(m.bitwise_diff, one.bitwise_diff);
+    EXPECT_EQ(m.nan_mismatch, one.nan_mismatch);
+    EXPECT_EQ(m.inf_mismatch, one.inf_mismatch);
+    EXPECT_EQ(m.mean_abs, one.mean_abs);
+    EXPECT_EQ(m.mean_rel, one.mean_rel);
+    EXPECT_EQ(m.mean_ulp, one.mean_ulp);
+    EXPECT_EQ(m.rel_l2, one.rel_l2);
+    EXPECT_EQ(m.cosine, one.cosine);
+    EXPECT_EQ(m.abs_pct, one.abs_pct);
+    EXPECT_EQ(m.ulp_hist, one.ulp_hist);
+    EXPECT_EQ(m.worst_abs_index, one.worst_abs_index);
+    EXPECT_EQ(m.worst_rel_index, one.worst_rel_index);
+    EXPECT_EQ(m.worst_ulp_index, one.worst_ulp_index);
+    EXPECT_EQ(m.error_grid.cells, one.error_grid.cells);
+    ASSERT_EQ(m.first.size(), one.first.size());
+    for (size_t i = 0; i < m.first.size(); ++i) EXPECT_EQ(m.first[i].index, one.first[i].index);
+  }
+}
+
+// Past 2^16 elements the percentiles come from the |err| histogram (compare.hpp: buckets of a double's bits >> 50,
+// the nearest rank interpolated linearly inside its bucket): the same numbers from every error counted once.
+TEST(CompareLarge, HistogramPercentilesCountEveryError) {
+  const int64_t n = 3 * (int64_t{1} << 18) + 77;
+  for (const at::ScalarType actual_type : {at::kBFloat16, at::kFloat, at::kDouble}) {
+    SCOPED_TRACE(dtype_name(actual_type));
+    const auto [actual, expected] = noisy_pair(n, actual_type, at::kFloat, 5);
+    const Metrics m = compare(actual, expected);
+    const at::Tensor err = (actual.to(at::kDouble) - expected.to(at::kDouble)).abs();
+    const at::Tensor counts = at::bincount(err.view(at::kLong).bitwise_right_shift(50));
+    const at::Tensor below = counts.cumsum(0) - counts;
+    const double ranks[] = {0.50, 0.90, 0.99, 0.999};
+    for (int i = 0; i < 4; ++i) {
+      const auto rank = static_cast<int64_t>(std::ceil(ranks[i] * static_cast<double>(n)));
+      const int64_t bucket = (counts.cumsum(0) < rank).sum().item<int64_t>();
+      const double lower = std::bit_cast<double>(bucket << 50), upper = std::bit_cast<double>((bucket + 1) << 50);
+      const double within = (static_cast<double>(rank - below[bucket].item<int64_t>()) - 0.5) /
+                            static_cast<double>(counts[bucket].item<int64_t>());
+      EXPECT_EQ(m.abs_pct[i], std::min(lower + within * (upper - lower), m.max_abs)) << ranks[i];
+    }
+  }
+}
+
+// Heatmap cells against blocks of elements: cells narrower than a block, cells whose edges fall one element either
+// side of a block's, a single column. The error grows with the flat index, so each cell holds the error of its last
+// element, and an element counted in the cell next door shows.
+TEST(CompareLarge, ErrorGridCellsWhereverBlocksEnd) {
+  const std::vector<int64_t> shapes[] = {{3000, 40}, {1, 32 * 1023}, {1, 32 * 1025}, {70, 1023}, {40000, 1}};
+  for (const auto& shape : shapes) {
+    const int64_t rows = shape[0], cols = shape[1];
+    SCOPED_TRACE(::testing::Message() << rows << " x " << cols);
+    const at::Tensor expected = at::ones({rows, cols}, at::kFloat);
+    const at::Tensor actual = expected + at::arange(rows * cols, at::kFloat).view({rows, cols}) * std::ldexp(1.0, -23);
+    const ErrorGrid g = compare(actual, expected).error_grid;
+    const at::Tensor err = (actual.to(at::kDouble) - 1).abs();
+    ASSERT_EQ(g.rows, std::min(rows, kErrorGridSide));
+    ASSERT_EQ(g.cols, std::min(cols, kErrorGridSide));
+    // Cells span [i*n/bins, (i+1)*n/bins) of each dimension.
+    for (int64_t r = 0; r < g.rows; ++r)
+      for (int64_t c = 0; c < g.cols; ++c) {
+        const double want = err.slice(0, r * rows / g.rows, (r + 1) * rows / g.rows)
+                                .slice(1, c * cols / g.cols, (c + 1) * cols / g.cols)
+                                .max()
+                                .item<double>();
+        EXPECT_EQ(g.cells[r * g.cols + c], want) << r << "," << c;
+      }
+  }
 }
 
 }  // namespace
