@@ -722,13 +722,17 @@ class ChunkScan {
 };
 
 // The vector kernel is written for AVX2 registers; the default clone runs it on SSE2 halves. No fma in the list:
-// a contracted a*a + s rounds differently, and every clone must produce the same bits.
+// a contracted a*a + s rounds differently, and every clone must produce the same bits. flatten: what the clone calls
+// is compiled into it, for its ISA.
+#if defined(__x86_64__)
+#define PARITY_KERNEL_CLONES __attribute__((target_clones("avx2", "default"), flatten))
+#else
+#define PARITY_KERNEL_CLONES __attribute__((flatten))
+#endif
 template <typename TA, typename TE, typename TU>
-__attribute__((target_clones("avx2", "default"), flatten)) void scan_chunk(const TA* act, const TE* exp, int64_t begin,
-                                                                   int64_t end, const Grid& g,
-                                                                   const CompareOptions& opts, Partial& p,
-                                                                   Scratch& scratch, uint32_t* err_counts,
-                                                                   std::vector<double>* comparable_errors) {
+PARITY_KERNEL_CLONES void scan_chunk(const TA* act, const TE* exp, int64_t begin, int64_t end, const Grid& g,
+                                     const CompareOptions& opts, Partial& p, Scratch& scratch, uint32_t* err_counts,
+                                     std::vector<double>* comparable_errors) {
   ChunkScan<TA, TE, TU>(act, exp, g, opts, p, scratch, err_counts, comparable_errors).scan(begin, end);
 }
 
