@@ -5,7 +5,7 @@
 // bf16 streams, seeded pseudo-random data (never zeros). Each line: median of 20 timed launches after 3 warm-ups
 // (CUDA events), the bytes that launch must move (each input read once, each output written once), the achieved
 // rate, and that rate over the measured copy rate (bytes read + bytes written, cudaMemcpyAsync of 1 GiB).
-// PyTorch eager of the same ops: bench/hc_eager_timing.py.
+// PyTorch eager of the same ops: bench/hc_torch_timing.py (eager and torch.compile).
 //
 // Measured (H100 80GB HBM3, driver 580.159.04, T=16384 H=4 D=4096 bf16; copy 2.99 TB/s; two runs agree to 0.5%):
 //   kernel                               ms     % copy        eager PyTorch (HF composition)   ms

@@ -33,6 +33,10 @@ mkdir -p "$OUT/history" && cp reports/history/*.jsonl "$OUT/history/" 2>/dev/nul
 echo "history check rc=$?"; grep -E 'SLOWER|FASTER|CREEP|NUMERIC' "$OUT/history-check.txt" | head -20
 "$B/parity" report --results "$OUT/results-gpu.json" --history "$OUT/history" --out "$OUT/report-gpu.html"
 echo "report rc=$?"
+# The Python-only peer (torch.compile), with eager and a copy timed in the same process.
+timeout 240 python3 bench/hc_torch_timing.py --json "$OUT/torch-peers.json" >"$OUT/torch-peers.txt" 2>&1
+echo "torch peers rc=$?"; tail -16 "$OUT/torch-peers.txt"
 # At most 8 files come back: the logs travel as one archive.
 (cd "$OUT" && tar czf logs.tar.gz gpu.txt configure.log build.log ctest.log device.txt run-full.txt history-check.txt \
-  && rm -rf gpu.txt configure.log build.log ctest.log device.txt run-full.txt history-check.txt history)
+  torch-peers.txt && rm -rf gpu.txt configure.log build.log ctest.log device.txt run-full.txt history-check.txt \
+  torch-peers.txt history)
