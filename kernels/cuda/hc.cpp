@@ -174,7 +174,8 @@ MixInputs mix_inputs(kc::MixKind kind, const Constants& k, const TensorMap& in, 
 // The streams' output of the collapse: hc_pre's "collapsed", hc_head's "out".
 const char* collapse_name(kc::MixKind kind) { return kind == kc::MixKind::pre ? "collapsed" : "out"; }
 
-// fn_transpose (fn^T zero-padded to the kernel's width: a 24 x H*D fp32 workspace) -> mix_fwd -> collapse.
+// The fused forward where it fits (x read once; hc_pre then mix_post_comb), else fn_transpose (fn^T zero-padded to
+// the kernel's width: a 24 x H*D fp32 workspace) -> mix_fwd -> collapse.
 void mix_forward(kc::MixKind kind, const std::string& where, const OpContext& ctx, const TensorMap& in,
                  TensorMap& out) {
   const Constants k = constants(ctx);
@@ -188,6 +189,17 @@ void mix_forward(kc::MixKind kind, const std::string& where, const OpContext& ct
   float* comb = pre_kind ? writable_f32(out, "comb", p.t * k.hc * k.hc, dev, where) : nullptr;
   void* y = writable(out, collapse_name(kind), p.x.scalar_type(), p.t * k.hidden, dev, where);
   const cudaStream_t s = at::cuda::getCurrentCUDAStream();
+  if (kc::mix_fused_fwd_fits(kind, p.dt, p.x.data_ptr(), y, int(k.hc), k.hidden)) {
+    kc::launch_mix_fused_fwd(kind, p.x.data_ptr(), p.fn.data_ptr<float>(), p.base.data_ptr<float>(),
+                             p.scale.data_ptr<float>(), mixes, pre, y, p.t, int(k.hc), k.hidden, mix_consts(k), s);
+    check_launch(where, pre_kind ? "mix_fused_fwd<pre>" : "mix_fused_fwd<head>");
+    if (pre_kind) {
+      kc::launch_mix_post_comb(mixes, p.base.data_ptr<float>(), p.scale.data_ptr<float>(), post, comb, p.t,
+                               int(k.hc), mix_consts(k), s);
+      check_launch(where, "mix_post_comb");
+    }
+    return;
+  }
   at::Tensor fnT = at::empty({kc::mix_fnT_floats(kind, int(k.hc), k.hidden)}, p.fn.options());
   kc::launch_mix_fn_transpose(kind, p.fn.data_ptr<float>(), fnT.data_ptr<float>(), int(k.hc), k.hidden, s);
   check_launch(where, "mix_fn_transpose");

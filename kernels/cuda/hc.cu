@@ -42,11 +42,15 @@ percentages are one-pass bytes over time, against the copy rate):
 */
 #include "kernels/cuda/hc.cuh"
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <type_traits>
 
 namespace parity::hc::cuda {
@@ -555,24 +559,32 @@ __device__ __forceinline__ float pre_gate_backward(const float* mix, const float
   return sc;
 }
 
+// pre_h = sigmoid(mix_h * scale[0] + base_h) + eps: the gate both kinds share (and the one the collapse needs).
+__device__ __forceinline__ float pre_gate(float mix, int h, const MixFwdArgs& a) {
+  return sigmoid(logit(mix, __ldg(a.scale), __ldg(a.base + h))) + a.hc_eps;
+}
+
 struct PreKind : MixLayout<(2 + H4) * H4, 3> {
   // mixes, pre = sigmoid(.) + eps, post = post_mult * sigmoid(.), comb = Sinkhorn(.)
-  static __device__ void fwd_epilogue(const float* dots, float r, int64_t t, const MixFwdArgs& a) {
+  // dots -> mixes in place (dots is the token's row of shared memory).
+  static __device__ void fwd_epilogue(float* dots, float r, int64_t t, const MixFwdArgs& a) {
+    for (int m = 0; m < a.M; ++m) dots[m] = a.mixes[t * a.M + m] = dots[m] * r;
+    for (int h = 0; h < a.H; ++h) a.pre[t * a.H + h] = pre_gate(dots[h], h, a);
+    post_comb(dots, t, a);
+  }
+
+  // The gates after pre, from a token's mixes: run by fwd_epilogue, and by mix_post_comb after the fused forward.
+  static __device__ void post_comb(const float* mix, int64_t t, const MixFwdArgs& a) {
     const int H = a.H;
-    float* mixes = a.mixes + t * a.M;
-    for (int m = 0; m < a.M; ++m) mixes[m] = dots[m] * r;
-    const float s0 = __ldg(a.scale), s1 = __ldg(a.scale + 1), s2 = __ldg(a.scale + 2);
-    for (int h = 0; h < H; ++h) {
-      a.pre[t * H + h] = sigmoid(logit(dots[h] * r, s0, __ldg(a.base + h))) + a.hc_eps;
-      a.post[t * H + h] = a.post_mult * sigmoid(logit(dots[H + h] * r, s1, __ldg(a.base + H + h)));
-    }
+    const float s1 = __ldg(a.scale + 1), s2 = __ldg(a.scale + 2);
+    for (int h = 0; h < H; ++h) a.post[t * H + h] = a.post_mult * sigmoid(logit(mix[H + h], s1, __ldg(a.base + H + h)));
     Mat c;
 #pragma unroll
     for (int i = 0; i < H4; ++i)
 #pragma unroll
       for (int j = 0; j < H4; ++j) {
         const int m = 2 * H + i * H + j;
-        c[i][j] = (i < H && j < H) ? logit(dots[m] * r, s2, __ldg(a.base + m)) : 0.f;
+        c[i][j] = (i < H && j < H) ? logit(mix[m], s2, __ldg(a.base + m)) : 0.f;
       }
     sinkhorn_forward(c, H, a.hc_eps, a.iters, nullptr, t, a.tokens);
 #pragma unroll
@@ -636,13 +648,11 @@ struct PreKind : MixLayout<(2 + H4) * H4, 3> {
 
 struct HeadKind : MixLayout<H4, 1> {
   // mixes, pre = sigmoid(mixes * scale + base) + eps
-  static __device__ void fwd_epilogue(const float* dots, float r, int64_t t, const MixFwdArgs& a) {
-    const int H = a.H;
-    const float s = __ldg(a.scale);
-    for (int h = 0; h < H; ++h) {
+  static __device__ void fwd_epilogue(float* dots, float r, int64_t t, const MixFwdArgs& a) {
+    for (int h = 0; h < a.H; ++h) {
       const float m = dots[h] * r;
-      a.mixes[t * H + h] = m;
-      a.pre[t * H + h] = sigmoid(logit(m, s, __ldg(a.base + h))) + a.hc_eps;
+      a.mixes[t * a.H + h] = m;
+      a.pre[t * a.H + h] = pre_gate(m, h, a);
     }
   }
 
@@ -918,6 +928,275 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
     }
     Vec<T, V>::store(y + t * D + d, o);
   }
+}
+
+// -------------------------------------------------------------------------------------------------------------------
+// fused mix forward: x read once; mixes on the tensor cores; pre and the collapse in the same pass (bf16, H = 4)
+// -------------------------------------------------------------------------------------------------------------------
+//
+// mix_fwd + collapse read x twice and the FFMA projection alone is 0.49 ms at V4 dims (the FFMA floor is 0.22 ms),
+// so hc_pre stays far below the copy rate. Here a cluster of kFusedCluster CTAs shares each tile of kFusedTM tokens:
+// CTA c owns the hidden slice [c Dc, (c+1) Dc) of all H streams (Kc = H Dc elements of each token), keeps its slice of
+// fn in registers for the whole launch, and streams its slice of x through a kFusedStages-deep cp.async ring. Per tile:
+//   1. mma.sync m16n8k16 bf16 -> fp32: x is bf16 (exact as an operand) and fn is split exactly into three bf16
+//      terms (hi + mid + lo = the fp32 value), so every product is exact and only the sums round. Each warp sums
+//      BPW blocks of 32 k (a 12-MMA fp32 chain), then warps, then the cluster's CTAs are summed in fp64 in a fixed
+//      order; the sum of squares for the rms scale likewise (fp32 over 16 exact squares, then fp64).
+//   2. CTA r finishes token r of the tile (fp64 sums over the cluster through distributed shared memory): mixes,
+//      pre, and pre written into every CTA's shared memory.
+//   3. Every CTA collapses its slice of the tile from shared memory: y = sum_h pre_h x_h, as collapse_kernel does.
+// post and comb (hc_pre: the Sinkhorn) need no x and run after it, one thread per token (mix_post_comb).
+// k inside a 32-block is permuted so that a thread's A and B fragments are 8 consecutive elements of its row (one
+// 16-byte load each): thread (g = lane / 4, q = lane % 4) holds k = 8q .. 8q + 7 of rows g and g + 8; elements
+// 0-3 feed the first MMA's k pairs (2q, 2q+1) and (2q+8, 2q+9), elements 4-7 the second's. x rows sit in shared
+// memory unpadded with 16-byte chunk i of row r at i ^ 4 (r & 1): the 8 lanes of a quarter-warp then hit 8
+// distinct chunks of 16 bytes.
+
+constexpr int kFusedCluster = 16, kFusedWarps = 16, kFusedTM = 16, kFusedStages = 4;
+constexpr int kFusedThreads = 32 * kFusedWarps;
+constexpr int kFusedHidden = 2048;  // hidden = BPW * kFusedHidden: each warp owns BPW blocks of 32 k
+
+template <int MP>
+struct FusedTile {
+  static constexpr int NT = (MP + 7) / 8;  // n-tiles of 8 mixes
+  static constexpr int NC = 8 * NT + 1;    // partial row: the mixes' dot products, then the sum of squares
+};
+
+template <int BPW>
+struct FusedSlice {
+  static constexpr int Dc = BPW * kFusedHidden / kFusedCluster;  // hidden slice per CTA
+  static constexpr int Kc = H4 * Dc;                              // elements of a token per CTA
+  static constexpr int RowBytes = Kc * 2;
+  static constexpr int StageBytes = kFusedTM * RowBytes;
+  static_assert(Kc / 32 == kFusedWarps * BPW, "every warp owns BPW blocks of 32 k");
+};
+
+template <int MP, int BPW>
+constexpr size_t mix_fused_smem_bytes() {
+  using Tl = FusedTile<MP>;
+  return size_t(kFusedStages) * FusedSlice<BPW>::StageBytes     // x ring
+         + size_t(kFusedWarps) * kFusedTM * 8 * Tl::NT * 4       // warp partials of the dots (fp32)
+         + size_t(kFusedWarps) * kFusedTM * 8                    // warp partials of the sum of squares (fp64)
+         + size_t(kFusedCluster) * Tl::NC * 8                    // every CTA's partial row of token `rank` (fp64)
+         + size_t(kFusedTM) * H4 * 4;                            // pre of the tile's tokens
+}
+
+__device__ __forceinline__ int fused_chunk(int row, int chunk) { return chunk ^ ((row & 1) << 2); }
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// w = hi + mid + lo exactly (bf16 has fp32's exponent range; each step takes 8 significant bits off the remainder).
+__device__ __forceinline__ void split3(float w0, float w1, uint32_t (&out)[3]) {
+#pragma unroll
+  for (int i = 2; i >= 0; --i) {
+    const uint32_t p = pack_bf2(w0, w1);
+    out[i] = p;  // out[2] = hi, out[1] = mid, out[0] = lo: the chain adds the small terms first
+    w0 -= bf_lo(p), w1 -= bf_hi(p);
+  }
+}
+
+struct FusedArgs {
+  MixFwdArgs m;
+  bf16* y;
+  int D;
+};
+
+template <class Kind, int BPW>
+__global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const bf16* __restrict__ x,
+                                                                         const float* __restrict__ fn, FusedArgs fa) {
+  namespace cg = cooperative_groups;
+  using Tl = FusedTile<Kind::MP>;
+  using Sl = FusedSlice<BPW>;
+  constexpr int NT = Tl::NT, NC = Tl::NC;
+  const MixFwdArgs& a = fa.m;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = int(cluster.block_rank());
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
+  const int D = fa.D, K = a.K;
+  const int64_t tiles = (a.tokens + kFusedTM - 1) / kFusedTM;
+  const int64_t cluster_id = blockIdx.x / kFusedCluster, clusters = gridDim.x / kFusedCluster;
+
+  extern __shared__ __align__(16) unsigned char smem[];
+  unsigned char* ring = smem;
+  float* wdot = reinterpret_cast<float*>(ring + size_t(kFusedStages) * Sl::StageBytes);  // [warp][row][8 NT]
+  double* wss = reinterpret_cast<double*>(wdot + kFusedWarps * kFusedTM * 8 * NT);        // [warp][row]
+  double* gpart = wss + kFusedWarps * kFusedTM;                                           // [CTA][NC]
+  float* spre = reinterpret_cast<float*>(gpart + kFusedCluster * NC);                     // [row][H4]
+
+  // Block j of this warp: stream s, offset j0 in the slice; its k in fn's flattened [H][D] row.
+  auto block_k = [&](int j) {
+    const int b = warp * BPW + j, s = b / (Sl::Dc / 32), j0 = (b % (Sl::Dc / 32)) * 32;
+    return s * D + rank * Sl::Dc + j0;
+  };
+
+  // fn's slice as B fragments, split once for the whole launch: fb[j][n-tile][term][4 words].
+  uint32_t fb[BPW][NT][3][4];
+#pragma unroll
+  for (int j = 0; j < BPW; ++j)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int m = nt * 8 + g;
+      float w[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) w[e] = m < a.M ? __ldg(fn + int64_t(m) * K + block_k(j) + 8 * q + e) : 0.f;
+#pragma unroll
+      for (int p = 0; p < 4; ++p) {
+        uint32_t t3[3];
+        split3(w[2 * p], w[2 * p + 1], t3);
+#pragma unroll
+        for (int i = 0; i < 3; ++i) fb[j][nt][i][p] = t3[i];
+      }
+    }
+
+  // One tile's slice of x into ring stage `st`: 16-byte chunks, rows past the last token zero-filled.
+  auto issue_tile = [&](int64_t tile, int st) {
+    unsigned char* dst = ring + size_t(st) * Sl::StageBytes;
+    constexpr int per_stream = Sl::Dc / 8, per_row = H4 * per_stream, chunks = kFusedTM * per_row;
+    static_assert(chunks % kFusedThreads == 0, "x chunks split evenly");
+    // Not unrolled: unrolled, the source pointers stay live across the tile and push fn's fragments out of registers.
+#pragma unroll 1
+    for (int i = 0; i < chunks / kFusedThreads; ++i) {
+      const int v = tid + i * kFusedThreads, row = v / per_row, c = v % per_row;
+      const int s = c / per_stream, cs = c % per_stream;
+      const int64_t t = tile * kFusedTM + row;
+      const bool full = t < a.tokens;
+      cp_async16(dst + row * Sl::RowBytes + fused_chunk(row, c) * 16,
+                 full ? x + (t * H4 + s) * D + rank * Sl::Dc + cs * 8 : x, full);
+    }
+  };
+
+  int64_t it = 0;
+#pragma unroll
+  for (int p = 0; p < kFusedStages - 1; ++p) {
+    const int64_t tile = cluster_id + p * clusters;
+    if (tile < tiles) issue_tile(tile, p);
+    cp_async_commit();
+  }
+  for (int64_t tile = cluster_id; tile < tiles; tile += clusters, ++it) {
+    const int st = int(it % kFusedStages);
+    cp_async_wait<kFusedStages - 2>();
+    __syncthreads();  // the tile has landed for every thread; the stage refilled next was collapsed last iteration
+    {
+      const int64_t ahead = tile + (kFusedStages - 1) * clusters;
+      if (ahead < tiles) issue_tile(ahead, int((it + kFusedStages - 1) % kFusedStages));
+      cp_async_commit();
+    }
+    const unsigned char* xs = ring + size_t(st) * Sl::StageBytes;
+
+    // 1. This warp's blocks: dots (tensor cores) and the sum of squares of rows g, g + 8.
+    float acc[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
+    float ss_lo = 0.f, ss_hi = 0.f;
+#pragma unroll
+    for (int j = 0; j < BPW; ++j) {
+      const int chunk = (warp * BPW + j) * 4 + q;  // block b's 64 bytes are chunks 4b .. 4b + 3 of the row
+      const uint4 r0 = *reinterpret_cast<const uint4*>(xs + g * Sl::RowBytes + fused_chunk(g, chunk) * 16);
+      const uint4 r8 = *reinterpret_cast<const uint4*>(xs + (g + 8) * Sl::RowBytes + fused_chunk(g + 8, chunk) * 16);
+      const uint32_t lo[4] = {r0.x, r8.x, r0.y, r8.y}, hi[4] = {r0.z, r8.z, r0.w, r8.w};
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 3; ++i) {
+          mma_bf16(acc[nt], lo, fb[j][nt][i][0], fb[j][nt][i][1]);
+          mma_bf16(acc[nt], hi, fb[j][nt][i][2], fb[j][nt][i][3]);
+        }
+      const uint32_t w0[4] = {r0.x, r0.y, r0.z, r0.w}, w8[4] = {r8.x, r8.y, r8.z, r8.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        ss_lo = fmaf(bf_lo(w0[e]), bf_lo(w0[e]), ss_lo), ss_lo = fmaf(bf_hi(w0[e]), bf_hi(w0[e]), ss_lo);
+        ss_hi = fmaf(bf_lo(w8[e]), bf_lo(w8[e]), ss_hi), ss_hi = fmaf(bf_hi(w8[e]), bf_hi(w8[e]), ss_hi);
+      }
+    }
+    double sl = ss_lo, sh = ss_hi;
+#pragma unroll
+    for (int o = 1; o <= 2; o <<= 1) sl += __shfl_xor_sync(~0u, sl, o), sh += __shfl_xor_sync(~0u, sh, o);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      float* w = wdot + (warp * kFusedTM) * 8 * NT + nt * 8 + 2 * q;
+      w[g * 8 * NT] = acc[nt][0], w[g * 8 * NT + 1] = acc[nt][1];
+      w[(g + 8) * 8 * NT] = acc[nt][2], w[(g + 8) * 8 * NT + 1] = acc[nt][3];
+    }
+    if (q == 0) wss[warp * kFusedTM + g] = sl, wss[warp * kFusedTM + g + 8] = sh;
+    __syncthreads();
+    // 2a. Warps in order, in fp64: this CTA's partial row of token `row`, stored into CTA `row` (remote stores do
+    // not wait; the 16 remote loads the other way round were latency and registers).
+    static_assert(kFusedTM == kFusedCluster, "CTA r finishes token r of the tile");
+    for (int v = tid; v < kFusedTM * NC; v += kFusedThreads) {
+      const int row = v / NC, col = v % NC;
+      double sum = 0;
+#pragma unroll 4
+      for (int w = 0; w < kFusedWarps; ++w)
+        sum += col < 8 * NT ? double(wdot[(w * kFusedTM + row) * 8 * NT + col]) : wss[w * kFusedTM + row];
+      cluster.map_shared_rank(gpart, row)[rank * NC + col] = sum;
+    }
+    cluster.sync();  // every CTA's partial row of token `rank` is here
+    // 2b. CTA `rank` finishes token `rank` of the tile: CTAs in rank order, in fp64.
+    if (warp == 0) {
+      const int64_t t = tile * kFusedTM + rank;
+      float mix = 0.f, r = 0.f;
+      static_assert(NC <= 32, "a lane per column");
+      if (lane < NC) {
+        double sum = 0;
+        for (int c = 0; c < kFusedCluster; ++c) sum += gpart[c * NC + lane];
+        if (lane == NC - 1) r = rms_scale(float(sum), K, a.rms_eps);
+        else mix = float(sum);
+      }
+      r = __shfl_sync(~0u, r, NC - 1);
+      mix *= r;
+      const bool live = t < a.tokens;
+      if (live && lane < a.M) a.mixes[t * a.M + lane] = mix;
+      const float pre = lane < a.H ? pre_gate(mix, lane, a) : 0.f;
+      if (live && lane < a.H) a.pre[t * a.H + lane] = pre;
+      // Lane l writes pre_h, h = l % 4, into the shared memory of CTAs l / 4 and l / 4 + 8.
+      const float ph = __shfl_sync(~0u, pre, lane & 3);
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        cluster.map_shared_rank(spre, (lane >> 2) + 8 * half)[rank * H4 + (lane & 3)] = live ? ph : 0.f;
+    }
+    cluster.sync();  // pre of the tile's tokens is in every CTA
+    // 3. Collapse this CTA's slice of the tile: row, 8 elements of each stream.
+    constexpr int per_stream = Sl::Dc / 8;
+#pragma unroll 1
+    for (int v = tid; v < kFusedTM * per_stream; v += kFusedThreads) {
+      const int row = v / per_stream, cs = v % per_stream;
+      const int64_t t = tile * kFusedTM + row;
+      float o[8];
+#pragma unroll
+      for (int h = 0; h < H4; ++h) {
+        const uint4 v = *reinterpret_cast<const uint4*>(xs + row * Sl::RowBytes +
+                                                        fused_chunk(row, h * per_stream + cs) * 16);
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+        const float p = spre[row * H4 + h];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float a0 = __fmul_rn(p, bf_lo(w[e])), a1 = __fmul_rn(p, bf_hi(w[e]));
+          o[2 * e] = h == 0 ? a0 : __fadd_rn(o[2 * e], a0);
+          o[2 * e + 1] = h == 0 ? a1 : __fadd_rn(o[2 * e + 1], a1);
+        }
+      }
+      if (t < a.tokens) {
+        uint4 packed;
+        packed.x = pack_bf2(o[0], o[1]), packed.y = pack_bf2(o[2], o[3]);
+        packed.z = pack_bf2(o[4], o[5]), packed.w = pack_bf2(o[6], o[7]);
+        *reinterpret_cast<uint4*>(fa.y + t * D + rank * Sl::Dc + cs * 8) = packed;
+      }
+    }
+  }
+  cp_async_wait<0>();
+  cluster.sync();  // no CTA leaves while another may still write into its shared memory
+}
+
+// post and comb from the mixes, one thread per token (after mix_fused_fwd<pre>).
+__global__ void __launch_bounds__(128) mix_post_comb_kernel(MixFwdArgs a) {
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t < a.tokens) PreKind::post_comb(a.mixes + t * a.M, t, a);
 }
 
 // -------------------------------------------------------------------------------------------------------------------
@@ -1290,6 +1569,87 @@ void launch_mix_fwd(MixKind kind, Dtype dt, const void* x, const float* fnT, con
       });
     });
   });
+}
+
+namespace {
+
+template <typename F>
+void with_fused(MixKind kind, int64_t hidden, F&& f) {
+  with_kind(kind, [&](auto kind_tag) {
+    using Kind = decltype(kind_tag);
+    if (hidden == kFusedHidden) f(Kind{}, std::integral_constant<int, 1>{});
+    else f(Kind{}, std::integral_constant<int, 2>{});
+  });
+}
+
+// Clusters of kFusedCluster CTAs that fit on the current device at once (0: the cluster cannot be launched here),
+// asked once per device, kind and width: the persistent grid is this many clusters.
+int fused_clusters(MixKind kind, int64_t hidden) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, int, int64_t>, int> cache;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+  const std::lock_guard lock(mu);
+  const auto key = std::make_tuple(dev, int(kind), hidden);
+  if (const auto it = cache.find(key); it != cache.end()) return it->second;
+  int n = 0;
+  with_fused(kind, hidden, [&](auto kind_tag, auto bpw) {
+    using Kind = decltype(kind_tag);
+    auto kernel = mix_fused_fwd_kernel<Kind, decltype(bpw)::value>;
+    const int smem = int(mix_fused_smem_bytes<Kind::MP, decltype(bpw)::value>());
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
+      return;
+    cudaLaunchConfig_t cfg{};
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = kFusedCluster, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
+    cfg.gridDim = dim3(kFusedCluster), cfg.blockDim = dim3(kFusedThreads), cfg.dynamicSmemBytes = size_t(smem);
+    cfg.attrs = &attr, cfg.numAttrs = 1;
+    if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) n = 0;
+  });
+  cudaGetLastError();  // a refusal above is an answer (no fused path here), not an error for the next launch
+  cache[key] = n;
+  return n;
+}
+
+}  // namespace
+
+bool mix_fused_fwd_fits(MixKind kind, Dtype dt, const void* x, const void* y, int hc, int64_t hidden) {
+  return dt == Dtype::bf16 && hc == kMaxHc && (hidden == kFusedHidden || hidden == 2 * kFusedHidden) &&
+         aligned(x, 16) && aligned(y, 16) && fused_clusters(kind, hidden) > 0;
+}
+
+void launch_mix_fused_fwd(MixKind kind, const void* x, const float* fn, const float* base, const float* scale,
+                          float* mixes, float* pre, void* y, int64_t tokens, int hc, int64_t hidden, MixConsts k,
+                          cudaStream_t stream) {
+  check_hc(hc);
+  if (tokens == 0) return;
+  const FusedArgs fa{{base, scale, mixes, pre, nullptr, nullptr, tokens, int(hc * hidden), hc, mix_rows(kind, hc),
+                      k.hc_eps, k.rms_eps, k.post_mult, k.sinkhorn_iters},
+                     static_cast<bf16*>(y), int(hidden)};
+  const int64_t tiles = (tokens + kFusedTM - 1) / kFusedTM;
+  const int clusters = int(std::min<int64_t>(tiles, fused_clusters(kind, hidden)));
+  with_fused(kind, hidden, [&](auto kind_tag, auto bpw) {
+    using Kind = decltype(kind_tag);
+    cudaLaunchConfig_t cfg{};
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = kFusedCluster, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
+    cfg.gridDim = dim3(unsigned(clusters * kFusedCluster)), cfg.blockDim = dim3(kFusedThreads);
+    cfg.dynamicSmemBytes = mix_fused_smem_bytes<Kind::MP, decltype(bpw)::value>();
+    cfg.stream = stream, cfg.attrs = &attr, cfg.numAttrs = 1;
+    cudaLaunchKernelEx(&cfg, mix_fused_fwd_kernel<Kind, decltype(bpw)::value>, static_cast<const bf16*>(x), fn, fa);
+  });
+}
+
+void launch_mix_post_comb(const float* mixes, const float* base, const float* scale, float* post, float* comb,
+                          int64_t tokens, int hc, MixConsts k, cudaStream_t stream) {
+  check_hc(hc);
+  if (tokens == 0) return;
+  const MixFwdArgs a{base, scale, const_cast<float*>(mixes), nullptr, post, comb, tokens, 0, hc,
+                     mix_rows(MixKind::pre, hc), k.hc_eps, k.rms_eps, k.post_mult, k.sinkhorn_iters};
+  mix_post_comb_kernel<<<ceil_div(tokens, 128), 128, 0, stream>>>(a);
 }
 
 void launch_collapse(Dtype dt, const void* x, const float* pre, void* y, int64_t tokens, int hc, int64_t hidden,

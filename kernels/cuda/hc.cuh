@@ -61,6 +61,19 @@ void launch_mix_fwd(MixKind kind, Dtype dt, const void* x, const float* fnT, con
 void launch_collapse(Dtype dt, const void* x, const float* pre, void* y, int64_t tokens, int hc, int64_t hidden,
                      cudaStream_t stream);
 
+// ---- hc_pre / hc_head fused forward: mix_fused_fwd (-> mix_post_comb for hc_pre) -------------------------------
+// x read once: mixes on the tensor cores (fn split exactly into three bf16 terms; fp64 sums across warps and CTAs),
+// pre, and y = sum_h pre[t,h] x[t,h,:] as launch_collapse computes it. Fits bf16 streams, hc 4, hidden 2048 or
+// 4096, 16-byte aligned x and y, on a device that runs clusters of 16 CTAs (Hopper); elsewhere the caller runs
+// fn_transpose -> mix_fwd -> collapse.
+bool mix_fused_fwd_fits(MixKind kind, Dtype dt, const void* x, const void* y, int hc, int64_t hidden);
+void launch_mix_fused_fwd(MixKind kind, const void* x, const float* fn, const float* base, const float* scale,
+                          float* mixes, float* pre, void* y, int64_t tokens, int hc, int64_t hidden, MixConsts k,
+                          cudaStream_t stream);
+// hc_pre's post and comb (the Sinkhorn) from its mixes, one thread per token.
+void launch_mix_post_comb(const float* mixes, const float* base, const float* scale, float* post, float* comb,
+                          int64_t tokens, int hc, MixConsts k, cudaStream_t stream);
+
 // ---- hc_pre / hc_head backward: reduce -> token -> dx_dfn -> sum_splits + colsum ---------------------------------
 // red[t] = { sum x^2, <grad_y, x_h> for h < H }   (red: [T, 1+H])
 void launch_mix_bwd_reduce(Dtype dt, const void* x, const void* grad_y, float* red, int64_t tokens, int hc,

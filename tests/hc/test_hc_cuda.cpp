@@ -14,6 +14,12 @@
 // The measured errors are printed ([hc-cuda] lines) so that a GPU log records them.
 #include "tests/hc/hc_test_support.hpp"
 
+#ifdef PARITY_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+
+#include "kernels/cuda/hc.cuh"
+#endif
+
 #include <cstdio>
 #include <optional>
 
@@ -36,7 +42,9 @@ const std::vector<Shape>& shapes() {
       {3, 9, 16, {}, "hc = 3: run-time H below the kernels' register capacity"},
       {2, 33, 64, {}, "hc = 2"},
       {4, 301, 1000, {}, "odd T over three 128-token tiles, hidden not a multiple of 256"},
-      {4, 257, 4096, {}, "V4 hidden (K = 16384): 256 K-chunks, grad_fn over several token splits"},
+      {4, 257, 4096, {}, "V4 hidden (K = 16384): bf16 takes the fused forward (17 tiles of 16 tokens, the last one "
+                         "token); fp32 256 K-chunks; grad_fn over several token splits"},
+      {4, 40, 2048, {}, "hidden 2048: the fused forward with one 32-element block per warp, a half tile at the end"},
   };
   return s;
 }
@@ -231,6 +239,30 @@ TEST(HcPostCudaHf, BackwardIsV1) {
   const TensorMap g = make_grad_out(op, out, kSeed + 1);
   const TensorMap gv1 = run_backward(op, v1, ctx, in, out, g), ghf = run_backward(op, hf, ctx, in, out, g);
   for (const auto& [name, t] : gv1) EXPECT_TRUE(bitwise("grad " + name, ghf.at(name), t));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Which hc_pre / hc_head forward runs: the shapes above test the fused one only if it is taken where it should be
+// ---------------------------------------------------------------------------------------------------------------
+
+TEST(HcFusedForward, TakenAtV4DimsOnHopperOnly) {
+  if (const auto why = skip_reason()) GTEST_SKIP() << *why;
+#ifdef PARITY_WITH_CUDA
+  namespace kc = cuda;
+  const at::Tensor buf = at::empty({64}, at::TensorOptions().dtype(at::kBFloat16).device(gpu()));
+  const void* p = buf.data_ptr();
+  const void* off = static_cast<const char*>(p) + 2;  // 2-byte aligned only
+  const bool hopper = at::cuda::getCurrentDeviceProperties()->major == 9;
+  for (const kc::MixKind kind : {kc::MixKind::pre, kc::MixKind::head}) {
+    EXPECT_EQ(kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, p, p, 4, 4096), hopper);
+    EXPECT_EQ(kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, p, p, 4, 2048), hopper);
+    EXPECT_FALSE(kc::mix_fused_fwd_fits(kind, kc::Dtype::fp32, p, p, 4, 4096));
+    EXPECT_FALSE(kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, p, p, 3, 4096));
+    EXPECT_FALSE(kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, p, p, 4, 1024));
+    EXPECT_FALSE(kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, off, p, 4, 4096));
+    EXPECT_FALSE(kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, p, off, 4, 4096));
+  }
+#endif
 }
 
 // ---------------------------------------------------------------------------------------------------------------
