@@ -2,7 +2,8 @@
 # One batched GPU session (device machine: H100/H200, no network): build the release preset against the machine's
 # own torch, run every test, measure the device ceilings, run the full suite with perf, and leave results, report and
 # logs under $OUT. toml++ (header-only, not installed there) travels in .carry/include.
-#   usage (device tool): bash scripts/gpu_session.sh        with carry [".carry"]
+#   usage (device tool): PARITY_COMMIT=<hash> bash scripts/gpu_session.sh   with carry [".carry"]
+#   (the device copy has no .git of its own: the commit, and PARITY_DIRTY=1 for uncommitted changes, are told)
 set -uo pipefail
 OUT=${OUT:-/tmp/parity-out}
 mkdir -p "$OUT"

@@ -32,10 +32,13 @@ std::string shell(const char* cmd) {
 nlohmann::json environment() {
   nlohmann::json env;
   env["libtorch"] = TORCH_VERSION;
-  // A copy of the tree without .git (a device machine) is told its commit through PARITY_COMMIT.
+  // A copy of the tree whose .git is not its own (a device machine gets the files of the commit, not its .git) is
+  // told its commit through PARITY_COMMIT, and whether it holds uncommitted changes through PARITY_DIRTY=1.
   const char* commit = std::getenv("PARITY_COMMIT");
+  const char* dirty = std::getenv("PARITY_DIRTY");
   env["commit"] = commit ? std::string(commit) : shell("git -C " PARITY_SOURCE_DIR " rev-parse --short=12 HEAD 2>/dev/null");
-  env["dirty"] = !shell("git -C " PARITY_SOURCE_DIR " status --porcelain --untracked-files=no 2>/dev/null").empty();
+  env["dirty"] = commit ? dirty != nullptr && std::string(dirty) == "1"
+                        : !shell("git -C " PARITY_SOURCE_DIR " status --porcelain --untracked-files=no 2>/dev/null").empty();
 #ifdef NDEBUG
   env["build_type"] = "release";
 #else

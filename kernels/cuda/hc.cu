@@ -952,7 +952,7 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 // memory unpadded with 16-byte chunk i of row r at i ^ 4 (r & 1): the 8 lanes of a quarter-warp then hit 8
 // distinct chunks of 16 bytes.
 
-constexpr int kFusedCluster = 16, kFusedWarps = 16, kFusedTM = 16, kFusedStages = 4;
+constexpr int kFusedCluster = 16, kFusedWarps = 16, kFusedTM = 16, kFusedStages = 5;
 constexpr int kFusedThreads = 32 * kFusedWarps;
 constexpr int kFusedHidden = 2048;  // hidden = BPW * kFusedHidden: each warp owns BPW blocks of 32 k
 
@@ -978,10 +978,15 @@ constexpr size_t mix_fused_smem_bytes() {
          + size_t(kFusedWarps) * kFusedTM * 8 * Tl::NT * 4       // warp partials of the dots (fp32)
          + size_t(kFusedWarps) * kFusedTM * 8                    // warp partials of the sum of squares (fp64)
          + size_t(kFusedCluster) * Tl::NC * 8                    // every CTA's partial row of token `rank` (fp64)
-         + size_t(kFusedTM) * H4 * 4;                            // pre of the tile's tokens
+         + size_t(2) * kFusedTM * H4 * 4;                        // pre of the tile's tokens, two tiles
 }
 
 __device__ __forceinline__ int fused_chunk(int row, int chunk) { return chunk ^ ((row & 1) << 2); }
+
+// The cluster barrier in its two halves (cluster.sync() is both at once): release on arrive, acquire on wait, so
+// the shared-memory writes before an arrive are visible after the matching wait in every CTA of the cluster.
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
 
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(
@@ -1027,7 +1032,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
   float* wdot = reinterpret_cast<float*>(ring + size_t(kFusedStages) * Sl::StageBytes);  // [warp][row][8 NT]
   double* wss = reinterpret_cast<double*>(wdot + kFusedWarps * kFusedTM * 8 * NT);        // [warp][row]
   double* gpart = wss + kFusedWarps * kFusedTM;                                           // [CTA][NC]
-  float* spre = reinterpret_cast<float*>(gpart + kFusedCluster * NC);                     // [row][H4]
+  float* spre = reinterpret_cast<float*>(gpart + kFusedCluster * NC);                     // [2][row][H4]
 
   // Block j of this warp: stream s, offset j0 in the slice; its k in fn's flattened [H][D] row.
   auto block_k = [&](int j) {
@@ -1071,23 +1076,63 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
     }
   };
 
-  int64_t it = 0;
+  // Tile n of this cluster is tile cluster_id + n * clusters of the launch.
+  const int64_t my_tiles = cluster_id < tiles ? (tiles - cluster_id + clusters - 1) / clusters : 0;
+  auto tile_of = [&](int64_t n) { return cluster_id + n * clusters; };
+  constexpr int kAhead = kFusedStages - 2;  // tiles in flight past the one multiplied; one more waits for its collapse
 #pragma unroll
-  for (int p = 0; p < kFusedStages - 1; ++p) {
-    const int64_t tile = cluster_id + p * clusters;
-    if (tile < tiles) issue_tile(tile, p);
+  for (int p = 0; p < kAhead; ++p) {
+    if (p < my_tiles) issue_tile(tile_of(p), p);
     cp_async_commit();
   }
-  for (int64_t tile = cluster_id; tile < tiles; tile += clusters, ++it) {
-    const int st = int(it % kFusedStages);
-    cp_async_wait<kFusedStages - 2>();
-    __syncthreads();  // the tile has landed for every thread; the stage refilled next was collapsed last iteration
-    {
-      const int64_t ahead = tile + (kFusedStages - 1) * clusters;
-      if (ahead < tiles) issue_tile(ahead, int((it + kFusedStages - 1) % kFusedStages));
-      cp_async_commit();
+  cluster_arrive();
+  cluster_wait();  // every CTA of the cluster has started: its shared memory may be written from now on
+
+  // 3. Collapse tile n's slice from its ring stage, with pre from spre[n & 1].
+  auto collapse = [&](int64_t n) {
+    const unsigned char* xs = ring + size_t(n % kFusedStages) * Sl::StageBytes;
+    const float* pre = spre + (n & 1) * kFusedTM * H4;
+    constexpr int per_stream = Sl::Dc / 8;
+#pragma unroll 1
+    for (int v = tid; v < kFusedTM * per_stream; v += kFusedThreads) {
+      const int row = v / per_stream, cs = v % per_stream;
+      const int64_t t = tile_of(n) * kFusedTM + row;
+      float o[8];
+#pragma unroll
+      for (int h = 0; h < H4; ++h) {
+        const uint4 v4 = *reinterpret_cast<const uint4*>(xs + row * Sl::RowBytes +
+                                                         fused_chunk(row, h * per_stream + cs) * 16);
+        const uint32_t w[4] = {v4.x, v4.y, v4.z, v4.w};
+        const float p = pre[row * H4 + h];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float a0 = __fmul_rn(p, bf_lo(w[e])), a1 = __fmul_rn(p, bf_hi(w[e]));
+          o[2 * e] = h == 0 ? a0 : __fadd_rn(o[2 * e], a0);
+          o[2 * e + 1] = h == 0 ? a1 : __fadd_rn(o[2 * e + 1], a1);
+        }
+      }
+      if (t < a.tokens) {
+        uint4 packed;
+        packed.x = pack_bf2(o[0], o[1]), packed.y = pack_bf2(o[2], o[3]);
+        packed.z = pack_bf2(o[4], o[5]), packed.w = pack_bf2(o[6], o[7]);
+        *reinterpret_cast<uint4*>(fa.y + t * D + rank * Sl::Dc + cs * 8) = packed;
+      }
     }
-    const unsigned char* xs = ring + size_t(st) * Sl::StageBytes;
+  };
+
+  // Software-pipelined over tiles so that each cluster barrier's latency hides behind work that does not need it:
+  // the multiply of tile n runs while barrier B(n-1) (pre of tile n-1 delivered) completes, the collapse of tile
+  // n-1 while barrier A(n) (tile n's partial rows delivered) completes. Each barrier is one arrive and one wait, in
+  // alternation, as the hardware barrier requires. Buffers: gpart is rewritten only after B(n-1), by when its reader
+  // (the epilogue of n-1) is done; spre alternates, since the collapse of n-1 still reads it while tile n's pre
+  // is written; ring stage n % S is refilled (with tile n + S) only after the collapse of n.
+  for (int64_t n = 0; n < my_tiles; ++n) {
+    const int64_t tile = tile_of(n);
+    cp_async_wait<kAhead - 1>();
+    __syncthreads();  // tile n has landed for every thread; the stage refilled next was collapsed last iteration
+    if (n + kAhead < my_tiles) issue_tile(tile_of(n + kAhead), int((n + kAhead) % kFusedStages));
+    cp_async_commit();
+    const unsigned char* xs = ring + size_t(n % kFusedStages) * Sl::StageBytes;
 
     // 1. This warp's blocks: dots (tensor cores) and the sum of squares of rows g, g + 8.
     float acc[NT][4];
@@ -1124,9 +1169,10 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
       w[(g + 8) * 8 * NT] = acc[nt][2], w[(g + 8) * 8 * NT + 1] = acc[nt][3];
     }
     if (q == 0) wss[warp * kFusedTM + g] = sl, wss[warp * kFusedTM + g + 8] = sh;
+    if (n > 0) cluster_wait();  // B(n-1): pre of tile n-1 is everywhere, and gpart has been read
     __syncthreads();
     // 2a. Warps in order, in fp64: this CTA's partial row of token `row`, stored into CTA `row` (remote stores do
-    // not wait; the 16 remote loads the other way round were latency and registers).
+    // not wait; remote loads the other way round cost latency and registers).
     static_assert(kFusedTM == kFusedCluster, "CTA r finishes token r of the tile");
     for (int v = tid; v < kFusedTM * NC; v += kFusedThreads) {
       const int row = v / NC, col = v % NC;
@@ -1136,7 +1182,9 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
         sum += col < 8 * NT ? double(wdot[(w * kFusedTM + row) * 8 * NT + col]) : wss[w * kFusedTM + row];
       cluster.map_shared_rank(gpart, row)[rank * NC + col] = sum;
     }
-    cluster.sync();  // every CTA's partial row of token `rank` is here
+    cluster_arrive();  // A(n)
+    if (n > 0) collapse(n - 1);
+    cluster_wait();    // A(n): every CTA's partial row of token `rank` is here
     // 2b. CTA `rank` finishes token `rank` of the tile: CTAs in rank order, in fp64.
     if (warp == 0) {
       const int64_t t = tile * kFusedTM + rank;
@@ -1156,41 +1204,17 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
       if (live && lane < a.H) a.pre[t * a.H + lane] = pre;
       // Lane l writes pre_h, h = l % 4, into the shared memory of CTAs l / 4 and l / 4 + 8.
       const float ph = __shfl_sync(~0u, pre, lane & 3);
+      float* dst = spre + (n & 1) * kFusedTM * H4 + rank * H4 + (lane & 3);
 #pragma unroll
-      for (int half = 0; half < 2; ++half)
-        cluster.map_shared_rank(spre, (lane >> 2) + 8 * half)[rank * H4 + (lane & 3)] = live ? ph : 0.f;
+      for (int half = 0; half < 2; ++half) *cluster.map_shared_rank(dst, (lane >> 2) + 8 * half) = live ? ph : 0.f;
     }
-    cluster.sync();  // pre of the tile's tokens is in every CTA
-    // 3. Collapse this CTA's slice of the tile: row, 8 elements of each stream.
-    constexpr int per_stream = Sl::Dc / 8;
-#pragma unroll 1
-    for (int v = tid; v < kFusedTM * per_stream; v += kFusedThreads) {
-      const int row = v / per_stream, cs = v % per_stream;
-      const int64_t t = tile * kFusedTM + row;
-      float o[8];
-#pragma unroll
-      for (int h = 0; h < H4; ++h) {
-        const uint4 v = *reinterpret_cast<const uint4*>(xs + row * Sl::RowBytes +
-                                                        fused_chunk(row, h * per_stream + cs) * 16);
-        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-        const float p = spre[row * H4 + h];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float a0 = __fmul_rn(p, bf_lo(w[e])), a1 = __fmul_rn(p, bf_hi(w[e]));
-          o[2 * e] = h == 0 ? a0 : __fadd_rn(o[2 * e], a0);
-          o[2 * e + 1] = h == 0 ? a1 : __fadd_rn(o[2 * e + 1], a1);
-        }
-      }
-      if (t < a.tokens) {
-        uint4 packed;
-        packed.x = pack_bf2(o[0], o[1]), packed.y = pack_bf2(o[2], o[3]);
-        packed.z = pack_bf2(o[4], o[5]), packed.w = pack_bf2(o[6], o[7]);
-        *reinterpret_cast<uint4*>(fa.y + t * D + rank * Sl::Dc + cs * 8) = packed;
-      }
-    }
+    cluster_arrive();  // B(n)
+  }
+  if (my_tiles > 0) {
+    cluster_wait();  // B(last): after it no CTA writes into this one's shared memory
+    collapse(my_tiles - 1);
   }
   cp_async_wait<0>();
-  cluster.sync();  // no CTA leaves while another may still write into its shared memory
 }
 
 // post and comb from the mixes, one thread per token (after mix_fused_fwd<pre>).
@@ -1582,9 +1606,9 @@ void with_fused(MixKind kind, int64_t hidden, F&& f) {
   });
 }
 
-// Clusters of kFusedCluster CTAs that fit on the current device at once (0: the cluster cannot be launched here),
-// asked once per device, kind and width: the persistent grid is this many clusters.
-int fused_clusters(MixKind kind, int64_t hidden) {
+}  // namespace
+
+int mix_fused_fwd_clusters(MixKind kind, int64_t hidden) {
   static std::mutex mu;
   static std::map<std::tuple<int, int, int64_t>, int> cache;
   int dev = 0;
@@ -1613,11 +1637,9 @@ int fused_clusters(MixKind kind, int64_t hidden) {
   return n;
 }
 
-}  // namespace
-
 bool mix_fused_fwd_fits(MixKind kind, Dtype dt, const void* x, const void* y, int hc, int64_t hidden) {
   return dt == Dtype::bf16 && hc == kMaxHc && (hidden == kFusedHidden || hidden == 2 * kFusedHidden) &&
-         aligned(x, 16) && aligned(y, 16) && fused_clusters(kind, hidden) > 0;
+         aligned(x, 16) && aligned(y, 16) && mix_fused_fwd_clusters(kind, hidden) > 0;
 }
 
 void launch_mix_fused_fwd(MixKind kind, const void* x, const float* fn, const float* base, const float* scale,
@@ -1629,7 +1651,7 @@ void launch_mix_fused_fwd(MixKind kind, const void* x, const float* fn, const fl
                       k.hc_eps, k.rms_eps, k.post_mult, k.sinkhorn_iters},
                      static_cast<bf16*>(y), int(hidden)};
   const int64_t tiles = (tokens + kFusedTM - 1) / kFusedTM;
-  const int clusters = int(std::min<int64_t>(tiles, fused_clusters(kind, hidden)));
+  const int clusters = int(std::min<int64_t>(tiles, mix_fused_fwd_clusters(kind, hidden)));
   with_fused(kind, hidden, [&](auto kind_tag, auto bpw) {
     using Kind = decltype(kind_tag);
     cudaLaunchConfig_t cfg{};

@@ -67,6 +67,8 @@ void launch_collapse(Dtype dt, const void* x, const float* pre, void* y, int64_t
 // 4096, 16-byte aligned x and y, on a device that runs clusters of 16 CTAs (Hopper); elsewhere the caller runs
 // fn_transpose -> mix_fwd -> collapse.
 bool mix_fused_fwd_fits(MixKind kind, Dtype dt, const void* x, const void* y, int hc, int64_t hidden);
+// Clusters of 16 CTAs the fused forward keeps resident on the current device (its persistent grid; 0: none fit).
+int mix_fused_fwd_clusters(MixKind kind, int64_t hidden);
 void launch_mix_fused_fwd(MixKind kind, const void* x, const float* fn, const float* base, const float* scale,
                           float* mixes, float* pre, void* y, int64_t tokens, int hc, int64_t hidden, MixConsts k,
                           cudaStream_t stream);

@@ -254,6 +254,9 @@ TEST(HcFusedForward, TakenAtV4DimsOnHopperOnly) {
   const void* off = static_cast<const char*>(p) + 2;  // 2-byte aligned only
   const bool hopper = at::cuda::getCurrentDeviceProperties()->major == 9;
   for (const kc::MixKind kind : {kc::MixKind::pre, kc::MixKind::head}) {
+    std::printf("[hc-cuda] fused forward %s: %d resident clusters of 16 CTAs (hidden 4096), %d (2048)\n",
+                kind == kc::MixKind::pre ? "pre" : "head", kc::mix_fused_fwd_clusters(kind, 4096),
+                kc::mix_fused_fwd_clusters(kind, 2048));
     EXPECT_EQ(kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, p, p, 4, 4096), hopper);
     EXPECT_EQ(kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, p, p, 4, 2048), hopper);
     EXPECT_FALSE(kc::mix_fused_fwd_fits(kind, kc::Dtype::fp32, p, p, 4, 4096));
