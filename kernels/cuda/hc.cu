@@ -952,7 +952,7 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 // memory unpadded with 16-byte chunk i of row r at i ^ 4 (r & 1): the 8 lanes of a quarter-warp then hit 8
 // distinct chunks of 16 bytes.
 
-constexpr int kFusedCluster = 16, kFusedWarps = 16, kFusedTM = 16, kFusedStages = 5;
+constexpr int kFusedCluster = 16, kFusedWarps = 16, kFusedTM = 16, kFusedStages = 6;
 constexpr int kFusedThreads = 32 * kFusedWarps;
 constexpr int kFusedHidden = 2048;  // hidden = BPW * kFusedHidden: each warp owns BPW blocks of 32 k
 
@@ -977,8 +977,8 @@ constexpr size_t mix_fused_smem_bytes() {
   return size_t(kFusedStages) * FusedSlice<BPW>::StageBytes     // x ring
          + size_t(kFusedWarps) * kFusedTM * 8 * Tl::NT * 4       // warp partials of the dots (fp32)
          + size_t(kFusedWarps) * kFusedTM * 8                    // warp partials of the sum of squares (fp64)
-         + size_t(kFusedCluster) * Tl::NC * 8                    // every CTA's partial row of token `rank` (fp64)
-         + size_t(2) * kFusedTM * H4 * 4;                        // pre of the tile's tokens, two tiles
+         + size_t(2) * kFusedCluster * Tl::NC * 8                // every CTA's partial row of token `rank` (fp64), x2
+         + size_t(3) * kFusedTM * H4 * 4;                        // pre of the tile's tokens, three tiles
 }
 
 __device__ __forceinline__ int fused_chunk(int row, int chunk) { return chunk ^ ((row & 1) << 2); }
@@ -1031,8 +1031,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
   unsigned char* ring = smem;
   float* wdot = reinterpret_cast<float*>(ring + size_t(kFusedStages) * Sl::StageBytes);  // [warp][row][8 NT]
   double* wss = reinterpret_cast<double*>(wdot + kFusedWarps * kFusedTM * 8 * NT);        // [warp][row]
-  double* gpart = wss + kFusedWarps * kFusedTM;                                           // [CTA][NC]
-  float* spre = reinterpret_cast<float*>(gpart + kFusedCluster * NC);                     // [2][row][H4]
+  double* gpart = wss + kFusedWarps * kFusedTM;                                           // [2][CTA][NC]
+  float* spre = reinterpret_cast<float*>(gpart + 2 * kFusedCluster * NC);                 // [3][row][H4]
 
   // Block j of this warp: stream s, offset j0 in the slice; its k in fn's flattened [H][D] row.
   auto block_k = [&](int j) {
@@ -1079,7 +1079,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
   // Tile n of this cluster is tile cluster_id + n * clusters of the launch.
   const int64_t my_tiles = cluster_id < tiles ? (tiles - cluster_id + clusters - 1) / clusters : 0;
   auto tile_of = [&](int64_t n) { return cluster_id + n * clusters; };
-  constexpr int kAhead = kFusedStages - 2;  // tiles in flight past the one multiplied; one more waits for its collapse
+  constexpr int kAhead = kFusedStages - 3;  // tiles in flight past the one multiplied; two more wait for their collapse
 #pragma unroll
   for (int p = 0; p < kAhead; ++p) {
     if (p < my_tiles) issue_tile(tile_of(p), p);
@@ -1088,10 +1088,10 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
   cluster_arrive();
   cluster_wait();  // every CTA of the cluster has started: its shared memory may be written from now on
 
-  // 3. Collapse tile n's slice from its ring stage, with pre from spre[n & 1].
+  // 3. Collapse tile n's slice from its ring stage, with pre from spre[n % 3].
   auto collapse = [&](int64_t n) {
     const unsigned char* xs = ring + size_t(n % kFusedStages) * Sl::StageBytes;
-    const float* pre = spre + (n & 1) * kFusedTM * H4;
+    const float* pre = spre + (n % 3) * kFusedTM * H4;
     constexpr int per_stream = Sl::Dc / 8;
 #pragma unroll 1
     for (int v = tid; v < kFusedTM * per_stream; v += kFusedThreads) {
@@ -1120,12 +1120,11 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
     }
   };
 
-  // Software-pipelined over tiles so that each cluster barrier's latency hides behind work that does not need it:
-  // the multiply of tile n runs while barrier B(n-1) (pre of tile n-1 delivered) completes, the collapse of tile
-  // n-1 while barrier A(n) (tile n's partial rows delivered) completes. Each barrier is one arrive and one wait, in
-  // alternation, as the hardware barrier requires. Buffers: gpart is rewritten only after B(n-1), by when its reader
-  // (the epilogue of n-1) is done; spre alternates, since the collapse of n-1 still reads it while tile n's pre
-  // is written; ring stage n % S is refilled (with tile n + S) only after the collapse of n.
+  // One cluster barrier X(n) per tile, its latency hidden behind the collapse of tile n-2: X(n) delivers tile n's
+  // partial rows (written just before its arrive) and the pre of tile n-1 (written by the epilogue of n-1, before
+  // the arrive), so the collapse of n-2 is the newest one free to run between arrive and wait. Buffers: gpart
+  // alternates (the epilogue of n-1 reads its half until X(n)); spre has three slots (pre of n written while the
+  // collapses of n-1 and n-2 are pending); ring stage n % S is refilled (with tile n + S) after the collapse of n.
   for (int64_t n = 0; n < my_tiles; ++n) {
     const int64_t tile = tile_of(n);
     cp_async_wait<kAhead - 1>();
@@ -1169,7 +1168,6 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
       w[(g + 8) * 8 * NT] = acc[nt][2], w[(g + 8) * 8 * NT + 1] = acc[nt][3];
     }
     if (q == 0) wss[warp * kFusedTM + g] = sl, wss[warp * kFusedTM + g + 8] = sh;
-    if (n > 0) cluster_wait();  // B(n-1): pre of tile n-1 is everywhere, and gpart has been read
     __syncthreads();
     // 2a. Warps in order, in fp64: this CTA's partial row of token `row`, stored into CTA `row` (remote stores do
     // not wait; remote loads the other way round cost latency and registers).
@@ -1180,11 +1178,11 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
 #pragma unroll 4
       for (int w = 0; w < kFusedWarps; ++w)
         sum += col < 8 * NT ? double(wdot[(w * kFusedTM + row) * 8 * NT + col]) : wss[w * kFusedTM + row];
-      cluster.map_shared_rank(gpart, row)[rank * NC + col] = sum;
+      cluster.map_shared_rank(gpart + (n & 1) * kFusedCluster * NC, row)[rank * NC + col] = sum;
     }
-    cluster_arrive();  // A(n)
-    if (n > 0) collapse(n - 1);
-    cluster_wait();    // A(n): every CTA's partial row of token `rank` is here
+    cluster_arrive();  // X(n)
+    if (n > 1) collapse(n - 2);
+    cluster_wait();    // X(n): every CTA's partial row of token `rank` is here, and pre of tile n-1 everywhere
     // 2b. CTA `rank` finishes token `rank` of the tile: CTAs in rank order, in fp64.
     if (warp == 0) {
       const int64_t t = tile * kFusedTM + rank;
@@ -1192,7 +1190,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
       static_assert(NC <= 32, "a lane per column");
       if (lane < NC) {
         double sum = 0;
-        for (int c = 0; c < kFusedCluster; ++c) sum += gpart[c * NC + lane];
+        for (int c = 0; c < kFusedCluster; ++c) sum += gpart[((n & 1) * kFusedCluster + c) * NC + lane];
         if (lane == NC - 1) r = rms_scale(float(sum), K, a.rms_eps);
         else mix = float(sum);
       }
@@ -1204,16 +1202,16 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
       if (live && lane < a.H) a.pre[t * a.H + lane] = pre;
       // Lane l writes pre_h, h = l % 4, into the shared memory of CTAs l / 4 and l / 4 + 8.
       const float ph = __shfl_sync(~0u, pre, lane & 3);
-      float* dst = spre + (n & 1) * kFusedTM * H4 + rank * H4 + (lane & 3);
+      float* dst = spre + (n % 3) * kFusedTM * H4 + rank * H4 + (lane & 3);
 #pragma unroll
       for (int half = 0; half < 2; ++half) *cluster.map_shared_rank(dst, (lane >> 2) + 8 * half) = live ? ph : 0.f;
     }
-    cluster_arrive();  // B(n)
   }
-  if (my_tiles > 0) {
-    cluster_wait();  // B(last): after it no CTA writes into this one's shared memory
-    collapse(my_tiles - 1);
-  }
+  // The last two collapses; X(last + 1) delivers the last pre, and after it no CTA writes into this one.
+  cluster_arrive();
+  if (my_tiles > 1) collapse(my_tiles - 2);
+  cluster_wait();
+  if (my_tiles > 0) collapse(my_tiles - 1);
   cp_async_wait<0>();
 }
 
