@@ -14,6 +14,10 @@ H = 4 instantiation (ptxas, sm_90a):
                                split-K over warps, sum of squares on the way; then per token: rms scale,
                                sigmoids, Sinkhorn (hc_pre).                          163 / 72 reg, 102 / 54 KB dyn smem
   collapse                     y = sum_h pre_h x_h in fp32, one rounding                       warp/token   44 reg
+  mix_fused_fwd<Pre>           hc_pre forward in one pass over x (bf16, hc 4, hidden 2048/4096, Hopper): mixes
+                               on the tensor cores (fn split exactly into 3 bf16 terms), pre, collapse; a
+                               cluster of 16 CTAs per tile of 16 tokens, fp64 cross-warp/CTA sums   128 reg, 225 KB smem
+  mix_post_comb                post and comb (Sinkhorn) from the mixes, after mix_fused_fwd    thread/token 40 reg
   mix_bwd_reduce               per token: sum x^2 and g_pre_h = <g_y, x_h>                     warp/token   63 reg
   mix_bwd_token<Pre|Head>      per token: sigmoid / Sinkhorn backward (forward recomputed, stages kept
                                in a global workspace) -> coefficients of the linear+norm backward  thread/token 96 reg
@@ -34,7 +38,7 @@ came closest (8-9 of 33-67M) but not exact, so cuda:hf keeps the contract's sequ
 Speed, H100 80GB HBM3, T = 16384, H = 4, D = 4096, bf16 (bench/hc_cuda_timing.cu; copy = 2.99 TB/s read+write;
 percentages are one-pass bytes over time, against the copy rate):
   hc_post fwd v1 0.425 ms (95%), hf 0.434 ms (93%), bwd 0.729 ms (87%)
-  hc_pre  fwd 0.712 ms (32%: mix_fwd 0.486 FFMA-bound, collapse 0.232 = 97%; x is read twice)
+  hc_pre  fwd 0.658 ms (34%: mix_fused_fwd, x read once; it was 0.712 ms = mix_fwd 0.486 FFMA-bound + collapse 0.232)
   hc_pre  bwd 1.498 ms (27%: reduce 0.227 = 99%, token 0.108, dx_dfn 1.151, sums 0.020)
   hc_head fwd 0.453 ms (50%), bwd 0.782 ms (52%: dx_dfn 0.539 = 75%)
   PyTorch eager (HF composition, same run kind): hc_post fwd 6.13 ms, fwd+bwd 13.2; hc_pre fwd 5.40, fwd+bwd 18.2;
@@ -946,6 +950,11 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 //      pre, and pre written into every CTA's shared memory.
 //   3. Every CTA collapses its slice of the tile from shared memory: y = sum_h pre_h x_h, as collapse_kernel does.
 // post and comb (hc_pre: the Sinkhorn) need no x and run after it, one thread per token (mix_post_comb).
+// Measured (H100, V4 dims, `parity run --perf`): 0.658 ms = 34% of the copy rate, 7 resident clusters (112 SMs).
+// It is bound by synchronisation, not bytes or math (ncu: DRAM 26%, SM 37%; issue stalls mostly barrier and
+// fixed-latency waits, then membar from the release of the cluster barrier): the per-tile chain multiply ->
+// cross-warp sums -> cluster barrier -> one warp's epilogue runs at 4 warps per scheduler. Next: more tokens per
+// barrier, and the epilogue spread over warps.
 // k inside a 32-block is permuted so that a thread's A and B fragments are 8 consecutive elements of its row (one
 // 16-byte load each): thread (g = lane / 4, q = lane % 4) holds k = 8q .. 8q + 7 of rows g and g + 8; elements
 // 0-3 feed the first MMA's k pairs (2q, 2q+1) and (2q+8, 2q+9), elements 4-7 the second's. x rows sit in shared
@@ -1595,13 +1604,12 @@ void launch_mix_fwd(MixKind kind, Dtype dt, const void* x, const float* fnT, con
 
 namespace {
 
+// hc_pre only: for hc_head (4 mixes, a third of the multiplies) the fused kernel measured slower than mix_fwd +
+// collapse (H100, V4 dims: 0.501 vs 0.448 ms), its time being the per-tile cluster synchronisation, not the bytes.
 template <typename F>
-void with_fused(MixKind kind, int64_t hidden, F&& f) {
-  with_kind(kind, [&](auto kind_tag) {
-    using Kind = decltype(kind_tag);
-    if (hidden == kFusedHidden) f(Kind{}, std::integral_constant<int, 1>{});
-    else f(Kind{}, std::integral_constant<int, 2>{});
-  });
+void with_fused(int64_t hidden, F&& f) {
+  if (hidden == kFusedHidden) f(PreKind{}, std::integral_constant<int, 1>{});
+  else f(PreKind{}, std::integral_constant<int, 2>{});
 }
 
 }  // namespace
@@ -1615,7 +1623,8 @@ int mix_fused_fwd_clusters(MixKind kind, int64_t hidden) {
   const auto key = std::make_tuple(dev, int(kind), hidden);
   if (const auto it = cache.find(key); it != cache.end()) return it->second;
   int n = 0;
-  with_fused(kind, hidden, [&](auto kind_tag, auto bpw) {
+  if (kind != MixKind::pre) return 0;
+  with_fused(hidden, [&](auto kind_tag, auto bpw) {
     using Kind = decltype(kind_tag);
     auto kernel = mix_fused_fwd_kernel<Kind, decltype(bpw)::value>;
     const int smem = int(mix_fused_smem_bytes<Kind::MP, decltype(bpw)::value>());
@@ -1650,7 +1659,7 @@ void launch_mix_fused_fwd(MixKind kind, const void* x, const float* fn, const fl
                      static_cast<bf16*>(y), int(hidden)};
   const int64_t tiles = (tokens + kFusedTM - 1) / kFusedTM;
   const int clusters = int(std::min<int64_t>(tiles, mix_fused_fwd_clusters(kind, hidden)));
-  with_fused(kind, hidden, [&](auto kind_tag, auto bpw) {
+  with_fused(hidden, [&](auto kind_tag, auto bpw) {
     using Kind = decltype(kind_tag);
     cudaLaunchConfig_t cfg{};
     cudaLaunchAttribute attr{};
