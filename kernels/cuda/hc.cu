@@ -996,9 +996,16 @@ __device__ __forceinline__ int fused_chunk(int row, int chunk) { return chunk ^ 
 // the shared-memory writes before an arrive are visible after the matching wait in every CTA of the cluster.
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
+// A relaxed arrive carries no writes; a thread whose writes it must carry fences first (release at cluster scope).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_fence() { asm volatile("fence.acq_rel.cluster;\n" ::: "memory"); }
 
+// Not volatile: the compiler may interleave independent accumulators (a volatile asm keeps program order, and
+// back-to-back MMAs into one accumulator each wait out the full MMA latency).
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
+  asm(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -1098,12 +1105,13 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
   cluster_wait();  // every CTA of the cluster has started: its shared memory may be written from now on
 
   // 3. Collapse tile n's slice from its ring stage, with pre from spre[n % 3].
+  // Run by the upper half of the CTA (see the loop).
   auto collapse = [&](int64_t n) {
     const unsigned char* xs = ring + size_t(n % kFusedStages) * Sl::StageBytes;
     const float* pre = spre + (n % 3) * kFusedTM * H4;
     constexpr int per_stream = Sl::Dc / 8;
 #pragma unroll 1
-    for (int v = tid; v < kFusedTM * per_stream; v += kFusedThreads) {
+    for (int v = tid - kFusedThreads / 2; v < kFusedTM * per_stream; v += kFusedThreads / 2) {
       const int row = v / per_stream, cs = v % per_stream;
       const int64_t t = tile_of(n) * kFusedTM + row;
       float o[8];
@@ -1153,13 +1161,14 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
       const uint4 r0 = *reinterpret_cast<const uint4*>(xs + g * Sl::RowBytes + fused_chunk(g, chunk) * 16);
       const uint4 r8 = *reinterpret_cast<const uint4*>(xs + (g + 8) * Sl::RowBytes + fused_chunk(g + 8, chunk) * 16);
       const uint32_t lo[4] = {r0.x, r8.x, r0.y, r8.y}, hi[4] = {r0.z, r8.z, r0.w, r8.w};
+      // Each accumulator sums in the order (j, term, lo/hi); the n-tiles are independent and interleave.
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
+      for (int i = 0; i < 3; ++i) {
 #pragma unroll
-        for (int i = 0; i < 3; ++i) {
-          mma_bf16(acc[nt], lo, fb[j][nt][i][0], fb[j][nt][i][1]);
-          mma_bf16(acc[nt], hi, fb[j][nt][i][2], fb[j][nt][i][3]);
-        }
+        for (int nt = 0; nt < NT; ++nt) mma_bf16(acc[nt], lo, fb[j][nt][i][0], fb[j][nt][i][1]);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) mma_bf16(acc[nt], hi, fb[j][nt][i][2], fb[j][nt][i][3]);
+      }
       const uint32_t w0[4] = {r0.x, r0.y, r0.z, r0.w}, w8[4] = {r8.x, r8.y, r8.z, r8.w};
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -1180,18 +1189,26 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
     __syncthreads();
     // 2a. Warps in order, in fp64: this CTA's partial row of token `row`, stored into CTA `row` (remote stores do
     // not wait; remote loads the other way round cost latency and registers).
+    // The lower half sums and sends, then fences; the upper half arrives at once and collapses tile n-2. A release
+    // arrive would also wait for the collapse's global stores to land, which nothing in the cluster reads: the
+    // fence (release) is taken only by the threads whose writes the barrier must carry.
     static_assert(kFusedTM == kFusedCluster, "CTA r finishes token r of the tile");
-    for (int v = tid; v < kFusedTM * NC; v += kFusedThreads) {
-      const int row = v / NC, col = v % NC;
-      double sum = 0;
+    if (tid < kFusedThreads / 2) {
+      for (int v = tid; v < kFusedTM * NC; v += kFusedThreads / 2) {
+        const int row = v / NC, col = v % NC;
+        double sum = 0;
 #pragma unroll 4
-      for (int w = 0; w < kFusedWarps; ++w)
-        sum += col < 8 * NT ? double(wdot[(w * kFusedTM + row) * 8 * NT + col]) : wss[w * kFusedTM + row];
-      cluster.map_shared_rank(gpart + (n & 1) * kFusedCluster * NC, row)[rank * NC + col] = sum;
+        for (int w = 0; w < kFusedWarps; ++w)
+          sum += col < 8 * NT ? double(wdot[(w * kFusedTM + row) * 8 * NT + col]) : wss[w * kFusedTM + row];
+        cluster.map_shared_rank(gpart + (n & 1) * kFusedCluster * NC, row)[rank * NC + col] = sum;
+      }
+      cluster_fence();
+      cluster_arrive_relaxed();  // X(n)
+    } else {
+      cluster_arrive_relaxed();  // X(n)
+      if (n > 1) collapse(n - 2);
     }
-    cluster_arrive();  // X(n)
-    if (n > 1) collapse(n - 2);
-    cluster_wait();    // X(n): every CTA's partial row of token `rank` is here, and pre of tile n-1 everywhere
+    cluster_wait();  // X(n): every CTA's partial row of token `rank` is here, and pre of tile n-1 everywhere
     // 2b. CTA `rank` finishes token `rank` of the tile: CTAs in rank order, in fp64.
     if (warp == 0) {
       const int64_t t = tile * kFusedTM + rank;
@@ -1216,11 +1233,17 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
       for (int half = 0; half < 2; ++half) *cluster.map_shared_rank(dst, (lane >> 2) + 8 * half) = live ? ph : 0.f;
     }
   }
-  // The last two collapses; X(last + 1) delivers the last pre, and after it no CTA writes into this one.
-  cluster_arrive();
-  if (my_tiles > 1) collapse(my_tiles - 2);
+  // The last two collapses; X(last + 1) delivers the last pre (warp 0 wrote it: the lower half fences), and after
+  // it no CTA writes into this one.
+  if (tid < kFusedThreads / 2) {
+    cluster_fence();
+    cluster_arrive_relaxed();
+  } else {
+    cluster_arrive_relaxed();
+    if (my_tiles > 1) collapse(my_tiles - 2);
+  }
   cluster_wait();
-  if (my_tiles > 0) collapse(my_tiles - 1);
+  if (my_tiles > 0 && tid >= kFusedThreads / 2) collapse(my_tiles - 1);
   cp_async_wait<0>();
 }
 
