@@ -1024,8 +1024,7 @@ __device__ __forceinline__ void split3(float w0, float w1, uint32_t (&out)[3]) {
 
 struct FusedArgs {
   MixFwdArgs m;
-  bf16* y;
-  int D;
+  bf16* y;  // the collapse's output; hidden is the kernel's BPW * kFusedHidden
 };
 
 template <class Kind, int BPW>
@@ -1039,7 +1038,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = int(cluster.block_rank());
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
-  const int D = fa.D, K = a.K;
+  constexpr int D = BPW * kFusedHidden, K = H4 * D;
   const int64_t tiles = (a.tokens + kFusedTM - 1) / kFusedTM;
   const int64_t cluster_id = blockIdx.x / kFusedCluster, clusters = gridDim.x / kFusedCluster;
 
@@ -1076,19 +1075,22 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
     }
 
   // One tile's slice of x into ring stage `st`: 16-byte chunks, rows past the last token zero-filled.
+  // One tile's slice of x into ring stage `st`: 16-byte chunks, rows past the last token zero-filled. Unsigned
+  // and compile-time widths: the index arithmetic is shifts (it sits between the tile's barrier and its multiply).
   auto issue_tile = [&](int64_t tile, int st) {
     unsigned char* dst = ring + size_t(st) * Sl::StageBytes;
-    constexpr int per_stream = Sl::Dc / 8, per_row = H4 * per_stream, chunks = kFusedTM * per_row;
+    const bf16* src = x + tile * (kFusedTM * H4 * D) + rank * Sl::Dc;
+    const int64_t left = a.tokens - tile * kFusedTM;  // rows of this tile that hold tokens
+    constexpr unsigned per_stream = Sl::Dc / 8, per_row = H4 * per_stream, chunks = kFusedTM * per_row;
     static_assert(chunks % kFusedThreads == 0, "x chunks split evenly");
     // Not unrolled: unrolled, the source pointers stay live across the tile and push fn's fragments out of registers.
 #pragma unroll 1
-    for (int i = 0; i < chunks / kFusedThreads; ++i) {
-      const int v = tid + i * kFusedThreads, row = v / per_row, c = v % per_row;
-      const int s = c / per_stream, cs = c % per_stream;
-      const int64_t t = tile * kFusedTM + row;
-      const bool full = t < a.tokens;
-      cp_async16(dst + row * Sl::RowBytes + fused_chunk(row, c) * 16,
-                 full ? x + (t * H4 + s) * D + rank * Sl::Dc + cs * 8 : x, full);
+    for (unsigned i = 0; i < chunks / kFusedThreads; ++i) {
+      const unsigned v = unsigned(tid) + i * kFusedThreads, row = v / per_row, c = v % per_row;
+      const unsigned s = c / per_stream, cs = c % per_stream;
+      const bool full = int64_t(row) < left;
+      cp_async16(dst + row * Sl::RowBytes + fused_chunk(int(row), int(c)) * 16,
+                 full ? src + (row * H4 + s) * D + cs * 8 : x, full);
     }
   };
 
@@ -1679,7 +1681,7 @@ void launch_mix_fused_fwd(MixKind kind, const void* x, const float* fn, const fl
   if (tokens == 0) return;
   const FusedArgs fa{{base, scale, mixes, pre, nullptr, nullptr, tokens, int(hc * hidden), hc, mix_rows(kind, hc),
                       k.hc_eps, k.rms_eps, k.post_mult, k.sinkhorn_iters},
-                     static_cast<bf16*>(y), int(hidden)};
+                     static_cast<bf16*>(y)};
   const int64_t tiles = (tokens + kFusedTM - 1) / kFusedTM;
   const int clusters = int(std::min<int64_t>(tiles, mix_fused_fwd_clusters(kind, hidden)));
   with_fused(hidden, [&](auto kind_tag, auto bpw) {
