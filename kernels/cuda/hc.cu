@@ -18,7 +18,7 @@ H = 4 instantiation (ptxas, sm_90a):
                                on the tensor cores (fn split exactly into 3 bf16 terms), pre, collapse; a
                                cluster of 16 CTAs per tile of 16 tokens, fp64 cross-warp/CTA sums   128 reg, 225 KB smem
   mix_post_comb                post and comb (Sinkhorn) from the mixes, after mix_fused_fwd    thread/token 40 reg
-  mix_bwd_reduce               per token: sum x^2 and g_pre_h = <g_y, x_h>                     warp/token   63 reg
+  mix_bwd_reduce               per token: sum x^2 and g_pre_h = <g_y, x_h> (fp64 sums)         warp/token   94 reg
   mix_bwd_token<Pre|Head>      per token: sigmoid / Sinkhorn backward (forward recomputed, stages kept
                                in a global workspace) -> coefficients of the linear+norm backward  thread/token 96 reg
   mix_bwd_dx_dfn               grad_x = r g_mix @ fn - c x + pre_h g_y (one rounding) and per-split
@@ -171,7 +171,8 @@ __device__ __forceinline__ void load_streams(const T* p, int H, int D, int d, fl
 }
 
 // Butterfly sum: every lane ends with the same bits (each level adds the same two values, in either order).
-__device__ __forceinline__ float warp_sum(float v) {
+template <typename F>
+__device__ __forceinline__ F warp_sum(F v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -1266,9 +1267,12 @@ __global__ void __launch_bounds__(256) mix_bwd_reduce_kernel(const T* __restrict
   const int64_t t = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (t >= tokens) return;
-  float ss = 0.f, gp[H4];
+  // fp64: products exact (fma of widened operands), sums in fp64. The scale gradients sum these per-token values
+  // over tokens with cancellation (about 50x at 37 tokens, V4 width), so an fp32 chain's few-ULP error here showed
+  // as 60 ULP in grad/scale; the DFMAs cost ~30 us at V4 dims under a 0.23 ms read.
+  double ss = 0, gp[H4];
 #pragma unroll
-  for (int h = 0; h < H4; ++h) gp[h] = 0.f;
+  for (int h = 0; h < H4; ++h) gp[h] = 0;
   const T* xr = x + t * H * D;
   const T* gr = gy + t * D;
 #pragma unroll 2
@@ -1280,8 +1284,9 @@ __global__ void __launch_bounds__(256) mix_bwd_reduce_kernel(const T* __restrict
     for (int h = 0; h < H4; ++h)
 #pragma unroll
       for (int e = 0; e < V; ++e) {
-        ss = fmaf(xv[h][e], xv[h][e], ss);
-        gp[h] = fmaf(gv[e], xv[h][e], gp[h]);
+        const double xd = xv[h][e];
+        ss = fma(xd, xd, ss);
+        gp[h] = fma(double(gv[e]), xd, gp[h]);
       }
   }
   ss = warp_sum(ss);
@@ -1290,10 +1295,10 @@ __global__ void __launch_bounds__(256) mix_bwd_reduce_kernel(const T* __restrict
     if (h < H) gp[h] = warp_sum(gp[h]);
   if (lane == 0) {
     float* rd = red + t * (1 + H);
-    rd[0] = ss;
+    rd[0] = float(ss);
 #pragma unroll
     for (int h = 0; h < H4; ++h)
-      if (h < H) rd[1 + h] = gp[h];
+      if (h < H) rd[1 + h] = float(gp[h]);
   }
 }
 
