@@ -1001,7 +1001,8 @@ __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.w
 __device__ __forceinline__ void cluster_arrive_relaxed() {
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
 }
-__device__ __forceinline__ void cluster_fence() { asm volatile("fence.acq_rel.cluster;\n" ::: "memory"); }
+// Release only: the acquire half of fence.acq_rel also invalidates L1 (ncu: CCTL.IVALL), which the wait provides.
+__device__ __forceinline__ void cluster_fence() { asm volatile("fence.release.cluster;\n" ::: "memory"); }
 
 // Not volatile: the compiler may interleave independent accumulators (a volatile asm keeps program order, and
 // back-to-back MMAs into one accumulator each wait out the full MMA latency).
