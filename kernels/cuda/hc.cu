@@ -14,7 +14,7 @@ H = 4 instantiation (ptxas, sm_90a):
                                split-K over warps, sum of squares on the way; then per token: rms scale,
                                sigmoids, Sinkhorn (hc_pre).                          163 / 72 reg, 102 / 54 KB dyn smem
   collapse                     y = sum_h pre_h x_h in fp32, one rounding                       warp/token   44 reg
-  mix_fused_fwd<Pre>           hc_pre forward in one pass over x (bf16, hc 4, hidden 2048/4096, Hopper): mixes
+  mix_fused_fwd<Pre|Head>      forward in one pass over x (bf16, hc 4, hidden 2048/4096, Hopper): mixes
                                on the tensor cores (fn split exactly into 3 bf16 terms), pre, collapse; a
                                cluster of 16 CTAs per tile of 16 tokens, fp64 cross-warp/CTA sums   128 reg, 225 KB smem
   mix_post_comb                post and comb (Sinkhorn) from the mixes, after mix_fused_fwd    thread/token 40 reg
@@ -1155,9 +1155,14 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
     const unsigned char* xs = ring + size_t(n % kFusedStages) * Sl::StageBytes;
 
     // 1. This warp's blocks: dots (tensor cores) and the sum of squares of rows g, g + 8.
-    float acc[NT][4];
+    // NA accumulators per n-tile, one per term of fn for hc_head's single n-tile (three chains of 4 MMAs instead
+    // of one of 12), one for hc_pre's three (its n-tiles already interleave; more would not fit in registers).
+    constexpr int NA = NT == 1 ? 3 : 1;
+    float acc[NT][NA][4];
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < NA; ++i) acc[nt][i][0] = acc[nt][i][1] = acc[nt][i][2] = acc[nt][i][3] = 0.f;
     float ss_lo = 0.f, ss_hi = 0.f;
 #pragma unroll
     for (int j = 0; j < BPW; ++j) {
@@ -1165,13 +1170,13 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
       const uint4 r0 = *reinterpret_cast<const uint4*>(xs + g * Sl::RowBytes + fused_chunk(g, chunk) * 16);
       const uint4 r8 = *reinterpret_cast<const uint4*>(xs + (g + 8) * Sl::RowBytes + fused_chunk(g + 8, chunk) * 16);
       const uint32_t lo[4] = {r0.x, r8.x, r0.y, r8.y}, hi[4] = {r0.z, r8.z, r0.w, r8.w};
-      // Each accumulator sums in the order (j, term, lo/hi); the n-tiles are independent and interleave.
+      // Each accumulator sums in the order (j, term, lo/hi); the n-tiles (and terms, NA = 3) interleave.
 #pragma unroll
       for (int i = 0; i < 3; ++i) {
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) mma_bf16(acc[nt], lo, fb[j][nt][i][0], fb[j][nt][i][1]);
+        for (int nt = 0; nt < NT; ++nt) mma_bf16(acc[nt][i % NA], lo, fb[j][nt][i][0], fb[j][nt][i][1]);
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) mma_bf16(acc[nt], hi, fb[j][nt][i][2], fb[j][nt][i][3]);
+        for (int nt = 0; nt < NT; ++nt) mma_bf16(acc[nt][i % NA], hi, fb[j][nt][i][2], fb[j][nt][i][3]);
       }
       const uint32_t w0[4] = {r0.x, r0.y, r0.z, r0.w}, w8[4] = {r8.x, r8.y, r8.z, r8.w};
 #pragma unroll
@@ -1185,9 +1190,16 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
     for (int o = 1; o <= 2; o <<= 1) sl += __shfl_xor_sync(~0u, sl, o), sh += __shfl_xor_sync(~0u, sh, o);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
+      float d[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        d[e] = acc[nt][0][e];  // (lo + mid) + hi: small terms first
+#pragma unroll
+        for (int i = 1; i < NA; ++i) d[e] += acc[nt][i][e];
+      }
       float* w = wdot + (warp * kFusedTM) * 8 * NT + nt * 8 + 2 * q;
-      w[g * 8 * NT] = acc[nt][0], w[g * 8 * NT + 1] = acc[nt][1];
-      w[(g + 8) * 8 * NT] = acc[nt][2], w[(g + 8) * 8 * NT + 1] = acc[nt][3];
+      w[g * 8 * NT] = d[0], w[g * 8 * NT + 1] = d[1];
+      w[(g + 8) * 8 * NT] = d[2], w[(g + 8) * 8 * NT + 1] = d[3];
     }
     if (q == 0) wss[warp * kFusedTM + g] = sl, wss[warp * kFusedTM + g + 8] = sh;
     __syncthreads();
@@ -1635,12 +1647,13 @@ void launch_mix_fwd(MixKind kind, Dtype dt, const void* x, const float* fnT, con
 
 namespace {
 
-// hc_pre only: for hc_head (4 mixes, a third of the multiplies) the fused kernel measured slower than mix_fwd +
-// collapse (H100, V4 dims: 0.501 vs 0.448 ms), its time being the per-tile cluster synchronisation, not the bytes.
 template <typename F>
-void with_fused(int64_t hidden, F&& f) {
-  if (hidden == kFusedHidden) f(PreKind{}, std::integral_constant<int, 1>{});
-  else f(PreKind{}, std::integral_constant<int, 2>{});
+void with_fused(MixKind kind, int64_t hidden, F&& f) {
+  with_kind(kind, [&](auto kind_tag) {
+    using Kind = decltype(kind_tag);
+    if (hidden == kFusedHidden) f(Kind{}, std::integral_constant<int, 1>{});
+    else f(Kind{}, std::integral_constant<int, 2>{});
+  });
 }
 
 }  // namespace
@@ -1654,8 +1667,7 @@ int mix_fused_fwd_clusters(MixKind kind, int64_t hidden) {
   const auto key = std::make_tuple(dev, int(kind), hidden);
   if (const auto it = cache.find(key); it != cache.end()) return it->second;
   int n = 0;
-  if (kind != MixKind::pre) return 0;
-  with_fused(hidden, [&](auto kind_tag, auto bpw) {
+  with_fused(kind, hidden, [&](auto kind_tag, auto bpw) {
     using Kind = decltype(kind_tag);
     auto kernel = mix_fused_fwd_kernel<Kind, decltype(bpw)::value>;
     const int smem = int(mix_fused_smem_bytes<Kind::MP, decltype(bpw)::value>());
@@ -1690,7 +1702,7 @@ void launch_mix_fused_fwd(MixKind kind, const void* x, const float* fn, const fl
                      static_cast<bf16*>(y)};
   const int64_t tiles = (tokens + kFusedTM - 1) / kFusedTM;
   const int clusters = int(std::min<int64_t>(tiles, mix_fused_fwd_clusters(kind, hidden)));
-  with_fused(hidden, [&](auto kind_tag, auto bpw) {
+  with_fused(kind, hidden, [&](auto kind_tag, auto bpw) {
     using Kind = decltype(kind_tag);
     cudaLaunchConfig_t cfg{};
     cudaLaunchAttribute attr{};

@@ -245,7 +245,7 @@ TEST(HcPostCudaHf, BackwardIsV1) {
 // Which hc_pre / hc_head forward runs: the shapes above test the fused one only if it is taken where it should be
 // ---------------------------------------------------------------------------------------------------------------
 
-TEST(HcFusedForward, TakenForHcPreAtV4DimsOnHopperOnly) {
+TEST(HcFusedForward, TakenAtV4DimsOnHopperOnly) {
   if (const auto why = skip_reason()) GTEST_SKIP() << *why;
 #ifdef PARITY_WITH_CUDA
   namespace kc = cuda;
@@ -253,17 +253,18 @@ TEST(HcFusedForward, TakenForHcPreAtV4DimsOnHopperOnly) {
   const void* p = buf.data_ptr();
   const void* off = static_cast<const char*>(p) + 2;  // 2-byte aligned only
   const bool hopper = at::cuda::getCurrentDeviceProperties()->major == 9;
-  const kc::MixKind pre = kc::MixKind::pre;
-  std::printf("[hc-cuda] fused forward: %d resident clusters of 16 CTAs (hidden 4096), %d (2048)\n",
-              kc::mix_fused_fwd_clusters(pre, 4096), kc::mix_fused_fwd_clusters(pre, 2048));
-  EXPECT_EQ(kc::mix_fused_fwd_fits(pre, kc::Dtype::bf16, p, p, 4, 4096), hopper);
-  EXPECT_EQ(kc::mix_fused_fwd_fits(pre, kc::Dtype::bf16, p, p, 4, 2048), hopper);
-  EXPECT_FALSE(kc::mix_fused_fwd_fits(kc::MixKind::head, kc::Dtype::bf16, p, p, 4, 4096)) << "slower for hc_head";
-  EXPECT_FALSE(kc::mix_fused_fwd_fits(pre, kc::Dtype::fp32, p, p, 4, 4096));
-  EXPECT_FALSE(kc::mix_fused_fwd_fits(pre, kc::Dtype::bf16, p, p, 3, 4096));
-  EXPECT_FALSE(kc::mix_fused_fwd_fits(pre, kc::Dtype::bf16, p, p, 4, 1024));
-  EXPECT_FALSE(kc::mix_fused_fwd_fits(pre, kc::Dtype::bf16, off, p, 4, 4096));
-  EXPECT_FALSE(kc::mix_fused_fwd_fits(pre, kc::Dtype::bf16, p, off, 4, 4096));
+  for (const kc::MixKind kind : {kc::MixKind::pre, kc::MixKind::head}) {
+    std::printf("[hc-cuda] fused forward %s: %d resident clusters of 16 CTAs (hidden 4096), %d (2048)\n",
+                kind == kc::MixKind::pre ? "pre" : "head", kc::mix_fused_fwd_clusters(kind, 4096),
+                kc::mix_fused_fwd_clusters(kind, 2048));
+    EXPECT_EQ(kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, p, p, 4, 4096), hopper);
+    EXPECT_EQ(kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, p, p, 4, 2048), hopper);
+    EXPECT_FALSE(kc::mix_fused_fwd_fits(kind, kc::Dtype::fp32, p, p, 4, 4096));
+    EXPECT_FALSE(kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, p, p, 3, 4096));
+    EXPECT_FALSE(kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, p, p, 4, 1024));
+    EXPECT_FALSE(kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, off, p, 4, 4096));
+    EXPECT_FALSE(kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, p, off, 4, 4096));
+  }
 #endif
 }
 
