@@ -194,9 +194,9 @@ int main(int argc, char** argv) {
           *comb = alloc<float>(T * H * H);
     float* gpost = normal<float>(T * H, 16);
     float* gcomb = normal<float>(T * H * H, 17);
-    float* red = alloc<float>(T * (1 + H));
+    double* red = alloc<double>(T * (1 + H));
     float* coef = alloc<float>(T * kc::mix_coef_width(kc::MixKind::pre));
-    float* gate = alloc<float>(T * kc::mix_gate_width(kc::MixKind::pre));
+    double* gate = alloc<double>(T * kc::mix_gate_width(kc::MixKind::pre));
     float* hist = alloc<float>(kc::sinkhorn_hist_floats(T, H, k.sinkhorn_iters));
     const int splits = kc::mix_bwd_splits(T, H, D, sms);
     float* part = alloc<float>(int64_t(splits) * M * HD);

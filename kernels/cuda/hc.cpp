@@ -238,20 +238,21 @@ void mix_backward(kc::MixKind kind, const std::string& where, const OpContext& c
 
   const at::TensorOptions f32 = p.x.options().dtype(at::kFloat);
   const int splits = kc::mix_bwd_splits(p.t, hc, k.hidden, at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
-  at::Tensor red = at::empty({p.t, 1 + k.hc}, f32);
+  const at::TensorOptions f64 = p.x.options().dtype(at::kDouble);  // the per-token reductions and gate gradients
+  at::Tensor red = at::empty({p.t, 1 + k.hc}, f64);
   at::Tensor coef = at::empty({p.t, kc::mix_coef_width(kind)}, f32);
-  at::Tensor gate = at::empty({p.t, kc::mix_gate_width(kind)}, f32);
+  at::Tensor gate = at::empty({p.t, kc::mix_gate_width(kind)}, f64);
   at::Tensor hist = pre_kind ? at::empty({kc::sinkhorn_hist_floats(p.t, hc, int(k.sinkhorn_iters))}, f32)
                              : at::Tensor();
   at::Tensor part = at::empty({splits, p.m, n}, f32);
 
   const cudaStream_t s = at::cuda::getCurrentCUDAStream();
-  kc::launch_mix_bwd_reduce(p.dt, p.x.data_ptr(), g_y.data_ptr(), red.data_ptr<float>(), p.t, hc, k.hidden, s);
+  kc::launch_mix_bwd_reduce(p.dt, p.x.data_ptr(), g_y.data_ptr(), red.data_ptr<double>(), p.t, hc, k.hidden, s);
   check_launch(where, "mix_bwd_reduce");
-  kc::launch_mix_bwd_token(kind, mixes.data_ptr<float>(), red.data_ptr<float>(),
+  kc::launch_mix_bwd_token(kind, mixes.data_ptr<float>(), red.data_ptr<double>(),
                            pre_kind ? g_post.data_ptr<float>() : nullptr, pre_kind ? g_comb.data_ptr<float>() : nullptr,
                            p.base.data_ptr<float>(), p.scale.data_ptr<float>(), coef.data_ptr<float>(),
-                           gate.data_ptr<float>(), pre_kind ? hist.data_ptr<float>() : nullptr, p.t, hc, k.hidden,
+                           gate.data_ptr<double>(), pre_kind ? hist.data_ptr<float>() : nullptr, p.t, hc, k.hidden,
                            mix_consts(k), s);
   check_launch(where, pre_kind ? "mix_bwd_token<pre>" : "mix_bwd_token<head>");
   kc::launch_mix_bwd_dx_dfn(kind, p.dt, p.x.data_ptr(), g_y.data_ptr(), coef.data_ptr<float>(),
@@ -259,7 +260,7 @@ void mix_backward(kc::MixKind kind, const std::string& where, const OpContext& c
   check_launch(where, "mix_bwd_dx_dfn");
   kc::launch_sum_splits(part.data_ptr<float>(), grad_fn, p.m * n, splits, s);
   check_launch(where, "sum_splits");
-  kc::launch_mix_bwd_colsum(kind, gate.data_ptr<float>(), p.t, hc, grad_base, grad_scale, s);
+  kc::launch_mix_bwd_colsum(kind, gate.data_ptr<double>(), p.t, hc, grad_base, grad_scale, s);
   check_launch(where, "colsum");
 }
 

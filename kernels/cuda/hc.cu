@@ -517,8 +517,12 @@ struct MixFwdArgs {
 };
 
 struct MixBwdTokenArgs {
-  const float *mixes, *red, *g_post, *g_comb, *base, *scale;
-  float *coef, *gate, *hist;
+  const float* mixes;
+  const double* red;
+  const float *g_post, *g_comb, *base, *scale;
+  float* coef;
+  double* gate;
+  float* hist;
   int64_t tokens;
   int K, H, M;
   float hc_eps, rms_eps, post_mult;
@@ -537,27 +541,32 @@ struct MixLayout {
   static constexpr int GW = (MP + NS + 3) / 4 * 4;
 };
 
+// The gates' backward runs in fp64 from here to grad_base / grad_scale: those sum per-token terms over tokens with
+// heavy cancellation (grad_scale at 37 tokens, V4 width: |terms| sum to ~360x the result), so a term's fp32 rounding
+// alone showed as tens of ULP there. sigmoid'(z) = s (1 - s) is evaluated in fp64 from the fp32 mix.
+__device__ __forceinline__ double sigmoid64(double z) { return 1.0 / (1.0 + exp(-z)); }
+
 // The pre gate's backward, the same in both kinds: pre_h = sigmoid(mix_h * s + base_h) + eps, with d loss / d pre_h =
 // rd[1 + h] = <g_y, x_h> (from mix_bwd_reduce). Writes d loss / d logit_h to gg[h], r * d loss / d mix_h to cf[h] and
 // pre_h to cf[MP + 1 + h] (zero for h >= H, and with ZeroPast also cf[h] and gg[h]); adds g_mix_h * mix_h to `dot`
 // and returns the scale's term sum_h gz_h * mix_h.
 template <int MP, bool ZeroPast>
-__device__ __forceinline__ float pre_gate_backward(const float* mix, const float* rd, const float* base, float s,
-                                                   float r, float hc_eps, int H, float* cf, float* gg, float& dot) {
-  float sc = 0.f;
+__device__ __forceinline__ double pre_gate_backward(const float* mix, const double* rd, const float* base, float s,
+                                                    float r, float hc_eps, int H, float* cf, double* gg, double& dot) {
+  double sc = 0;
 #pragma unroll
   for (int h = 0; h < H4; ++h) {
     if (h < H) {
-      const float m = mix[h], sg = sigmoid(logit(m, s, __ldg(base + h)));
-      const float gz = rd[1 + h] * (sg * (1.f - sg));
+      const double m = mix[h], sg = sigmoid64(m * s + __ldg(base + h));
+      const double gz = rd[1 + h] * (sg * (1 - sg));
       gg[h] = gz;
       sc += gz * m;
-      const float gm = gz * s;
-      cf[h] = r * gm;
+      const double gm = gz * s;
+      cf[h] = float(r * gm);
       dot += gm * m;
-      cf[MP + 1 + h] = sg + hc_eps;
+      cf[MP + 1 + h] = sigmoid(logit(mix[h], s, __ldg(base + h))) + hc_eps;  // the forward's pre, bit for bit
     } else {
-      if constexpr (ZeroPast) cf[h] = 0.f, gg[h] = 0.f;
+      if constexpr (ZeroPast) cf[h] = 0.f, gg[h] = 0;
       cf[MP + 1 + h] = 0.f;
     }
   }
@@ -602,21 +611,21 @@ struct PreKind : MixLayout<(2 + H4) * H4, 3> {
   static __device__ void bwd_token(int64_t t, const MixBwdTokenArgs& a) {
     const int H = a.H, M = a.M;
     const float* mix = a.mixes + t * M;
-    const float* rd = a.red + t * (1 + H);
-    const float r = rms_scale(rd[0], a.K, a.rms_eps);
+    const double* rd = a.red + t * (1 + H);
+    const float r = rms_scale(float(rd[0]), a.K, a.rms_eps);
     const float s0 = __ldg(a.scale), s1 = __ldg(a.scale + 1), s2 = __ldg(a.scale + 2);
     float* cf = a.coef + t * CW;
-    float* gg = a.gate + t * GW;
-    float dot = 0.f, sc1 = 0.f, sc2 = 0.f;
-    const float sc0 = pre_gate_backward<MP, false>(mix, rd, a.base, s0, r, a.hc_eps, H, cf, gg, dot);
+    double* gg = a.gate + t * GW;
+    double dot = 0, sc1 = 0, sc2 = 0;
+    const double sc0 = pre_gate_backward<MP, false>(mix, rd, a.base, s0, r, a.hc_eps, H, cf, gg, dot);
     for (int h = 0; h < H; ++h) {
       // post = post_mult * sigmoid(z)
-      const float m = mix[H + h], sg = sigmoid(logit(m, s1, __ldg(a.base + H + h)));
-      const float gz = a.g_post[t * H + h] * a.post_mult * (sg * (1.f - sg));
+      const double m = mix[H + h], sg = sigmoid64(m * s1 + __ldg(a.base + H + h));
+      const double gz = double(a.g_post[t * H + h]) * a.post_mult * (sg * (1 - sg));
       gg[H + h] = gz;
       sc1 += gz * m;
-      const float gm = gz * s1;
-      cf[H + h] = r * gm;
+      const double gm = gz * s1;
+      cf[H + h] = float(r * gm);
       dot += gm * m;
     }
     Mat lg, g;
@@ -636,18 +645,18 @@ struct PreKind : MixLayout<(2 + H4) * H4, 3> {
       for (int j = 0; j < H4; ++j)
         if (i < H && j < H) {
           const int m = 2 * H + i * H + j;
-          const float gz = g[i][j];
+          const double gz = g[i][j];  // the Sinkhorn backward itself stays fp32
           gg[m] = gz;
           sc2 += gz * mix[m];
-          const float gm = gz * s2;
-          cf[m] = r * gm;
+          const double gm = gz * s2;
+          cf[m] = float(r * gm);
           dot += gm * mix[m];
         }
-    for (int m = M; m < MP; ++m) cf[m] = 0.f, gg[m] = 0.f;
-    cf[MP] = r * r / float(a.K) * dot;
+    for (int m = M; m < MP; ++m) cf[m] = 0.f, gg[m] = 0;
+    cf[MP] = float(double(r) * r / a.K * dot);
     for (int m = MP + 1 + H4; m < CW; ++m) cf[m] = 0.f;
     gg[MP] = sc0, gg[MP + 1] = sc1, gg[MP + 2] = sc2;
-    for (int m = MP + NS; m < GW; ++m) gg[m] = 0.f;
+    for (int m = MP + NS; m < GW; ++m) gg[m] = 0;
   }
 };
 
@@ -664,17 +673,17 @@ struct HeadKind : MixLayout<H4, 1> {
   static __device__ void bwd_token(int64_t t, const MixBwdTokenArgs& a) {
     const int H = a.H;
     const float* mix = a.mixes + t * H;
-    const float* rd = a.red + t * (1 + H);
-    const float r = rms_scale(rd[0], a.K, a.rms_eps);
+    const double* rd = a.red + t * (1 + H);
+    const float r = rms_scale(float(rd[0]), a.K, a.rms_eps);
     const float s = __ldg(a.scale);
     float* cf = a.coef + t * CW;
-    float* gg = a.gate + t * GW;
-    float dot = 0.f;
-    const float sc = pre_gate_backward<MP, true>(mix, rd, a.base, s, r, a.hc_eps, H, cf, gg, dot);
-    cf[MP] = r * r / float(a.K) * dot;
+    double* gg = a.gate + t * GW;
+    double dot = 0;
+    const double sc = pre_gate_backward<MP, true>(mix, rd, a.base, s, r, a.hc_eps, H, cf, gg, dot);
+    cf[MP] = float(double(r) * r / a.K * dot);
     for (int m = MP + 1 + H4; m < CW; ++m) cf[m] = 0.f;
     gg[MP] = sc;
-    for (int m = MP + NS; m < GW; ++m) gg[m] = 0.f;
+    for (int m = MP + NS; m < GW; ++m) gg[m] = 0;
   }
 };
 
@@ -1276,7 +1285,7 @@ __global__ void __launch_bounds__(128) mix_post_comb_kernel(MixFwdArgs a) {
 // Per token: sum of squares (the rms scale) and g_pre_h = <g_y, x_h>, one warp per token.
 template <typename T, int V>
 __global__ void __launch_bounds__(256) mix_bwd_reduce_kernel(const T* __restrict__ x, const T* __restrict__ gy,
-                                                             float* __restrict__ red, int64_t tokens, int H, int D) {
+                                                             double* __restrict__ red, int64_t tokens, int H, int D) {
   const int64_t t = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (t >= tokens) return;
@@ -1307,11 +1316,11 @@ __global__ void __launch_bounds__(256) mix_bwd_reduce_kernel(const T* __restrict
   for (int h = 0; h < H4; ++h)
     if (h < H) gp[h] = warp_sum(gp[h]);
   if (lane == 0) {
-    float* rd = red + t * (1 + H);
-    rd[0] = float(ss);
+    double* rd = red + t * (1 + H);
+    rd[0] = ss;
 #pragma unroll
     for (int h = 0; h < H4; ++h)
-      if (h < H) rd[1 + h] = float(gp[h]);
+      if (h < H) rd[1 + h] = gp[h];
   }
 }
 
@@ -1483,7 +1492,7 @@ __global__ void __launch_bounds__(256) sum_splits_kernel(const float* __restrict
 // are sums over every token of terms of both signs (grad_base, grad_scale), whose cancellation made fp32 partials
 // 5-30x less accurate than the naive composition at pack 16384 (measured on an H100); the column is tiny, so fp64 is
 // free here.
-__global__ void __launch_bounds__(256) colsum_kernel(const float* __restrict__ in, int64_t rows, int ld,
+__global__ void __launch_bounds__(256) colsum_kernel(const double* __restrict__ in, int64_t rows, int ld,
                                                      float* __restrict__ out_lo, int n_lo, int hi_col,
                                                      float* __restrict__ out_hi) {
   __shared__ double sh[256];
@@ -1740,7 +1749,7 @@ void launch_collapse(Dtype dt, const void* x, const float* pre, void* y, int64_t
   });
 }
 
-void launch_mix_bwd_reduce(Dtype dt, const void* x, const void* grad_y, float* red, int64_t tokens, int hc,
+void launch_mix_bwd_reduce(Dtype dt, const void* x, const void* grad_y, double* red, int64_t tokens, int hc,
                            int64_t hidden, cudaStream_t stream) {
   check_hc(hc);
   if (tokens == 0) return;
@@ -1757,9 +1766,9 @@ void launch_mix_bwd_reduce(Dtype dt, const void* x, const void* grad_y, float* r
   });
 }
 
-void launch_mix_bwd_token(MixKind kind, const float* mixes, const float* red, const float* grad_post,
+void launch_mix_bwd_token(MixKind kind, const float* mixes, const double* red, const float* grad_post,
                           const float* grad_comb, const float* base, const float* scale, float* coef,
-                          float* gate_grads, float* hist, int64_t tokens, int hc, int64_t hidden, MixConsts k,
+                          double* gate_grads, float* hist, int64_t tokens, int hc, int64_t hidden, MixConsts k,
                           cudaStream_t stream) {
   check_hc(hc);
   if (tokens == 0) return;
@@ -1802,7 +1811,7 @@ void launch_sum_splits(const float* partial, float* out, int64_t n, int splits, 
   sum_splits_kernel<<<blocks, 256, 0, stream>>>(partial, out, n, splits);
 }
 
-void launch_mix_bwd_colsum(MixKind kind, const float* gate_grads, int64_t tokens, int hc, float* grad_base,
+void launch_mix_bwd_colsum(MixKind kind, const double* gate_grads, int64_t tokens, int hc, float* grad_base,
                            float* grad_scale, cudaStream_t stream) {
   check_hc(hc);
   const int m = mix_rows(kind, hc), ns = mix_scale_count(kind);

@@ -28,11 +28,11 @@ struct MixConsts {
   int sinkhorn_iters;  // hc_pre only
 };
 
-// ---- shapes of the workspaces the mix backward needs (the bridge allocates them, fp32) ----------------------------
+// ---- shapes of the workspaces the mix backward needs (the bridge allocates them) ----------------------------------
 int mix_rows(MixKind kind, int hc);          // M: rows of fn, columns of mixes
 int mix_scale_count(MixKind kind);           // entries of scale: 3 (pre) or 1 (head)
 int mix_coef_width(MixKind kind);            // floats per token in `coef`
-int mix_gate_width(MixKind kind);            // floats per token in `gate_grads` (gate logit grads, then scale terms)
+int mix_gate_width(MixKind kind);            // doubles per token in `gate_grads` (gate logit grads, then scale terms)
 int64_t sinkhorn_hist_floats(int64_t tokens, int hc, int iters);  // hc_pre backward's Sinkhorn history
 int mix_bwd_splits(int64_t tokens, int hc, int64_t hidden, int sm_count);  // token splits of the grad_fn partials
 
@@ -77,15 +77,15 @@ void launch_mix_post_comb(const float* mixes, const float* base, const float* sc
                           int64_t tokens, int hc, MixConsts k, cudaStream_t stream);
 
 // ---- hc_pre / hc_head backward: reduce -> token -> dx_dfn -> sum_splits + colsum ---------------------------------
-// red[t] = { sum x^2, <grad_y, x_h> for h < H }   (red: [T, 1+H])
-void launch_mix_bwd_reduce(Dtype dt, const void* x, const void* grad_y, float* red, int64_t tokens, int hc,
+// red[t] = { sum x^2, <grad_y, x_h> for h < H }   (red: [T, 1+H], fp64)
+void launch_mix_bwd_reduce(Dtype dt, const void* x, const void* grad_y, double* red, int64_t tokens, int hc,
                            int64_t hidden, cudaStream_t stream);
 // Per token (one thread each): the gate backward (sigmoids; hc_pre also the Sinkhorn, recomputed with its history
 // in `hist`), giving coef[t] = { r*g_mixes (padded), c = r^2/(HD) <g_mixes, mixes>, pre_h } and
 // gate_grads[t] = { d loss/d logit (padded), per-scale terms }. grad_post / grad_comb / hist: hc_pre only.
-void launch_mix_bwd_token(MixKind kind, const float* mixes, const float* red, const float* grad_post,
+void launch_mix_bwd_token(MixKind kind, const float* mixes, const double* red, const float* grad_post,
                           const float* grad_comb, const float* base, const float* scale, float* coef,
-                          float* gate_grads, float* hist, int64_t tokens, int hc, int64_t hidden, MixConsts k,
+                          double* gate_grads, float* hist, int64_t tokens, int hc, int64_t hidden, MixConsts k,
                           cudaStream_t stream);
 // grad_x = r (g_mixes @ fn) - c x + pre_h grad_y (one rounding); partial[s] = sum over split s of (r g_mixes)^T x.
 // partial: [splits, M, H*D]. Launches even when tokens == 0 (the partials are then zeros).
@@ -96,7 +96,7 @@ void launch_mix_bwd_dx_dfn(MixKind kind, Dtype dt, const void* x, const void* gr
 void launch_sum_splits(const float* partial, float* out, int64_t n, int splits, cudaStream_t stream);
 // Column sums of gate_grads [T, width] in a fixed order: grad_base[m] = col m (m < M), grad_scale[g] = col
 // gate_scale_col + g (g < scale count).
-void launch_mix_bwd_colsum(MixKind kind, const float* gate_grads, int64_t tokens, int hc, float* grad_base,
+void launch_mix_bwd_colsum(MixKind kind, const double* gate_grads, int64_t tokens, int hc, float* grad_base,
                            float* grad_scale, cudaStream_t stream);
 
 }  // namespace parity::hc::cuda
