@@ -1013,14 +1013,20 @@ __device__ __forceinline__ void cluster_arrive_relaxed() {
 // Release only: the acquire half of fence.acq_rel also invalidates L1 (ncu: CCTL.IVALL), which the wait provides.
 __device__ __forceinline__ void cluster_fence() { asm volatile("fence.release.cluster;\n" ::: "memory"); }
 
-// Not volatile: the compiler may interleave independent accumulators (a volatile asm keeps program order, and
-// back-to-back MMAs into one accumulator each wait out the full MMA latency).
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+// acc += A B, the product summed from zero on the tensor cores and added with round-to-nearest. Accumulating in the
+// MMA itself (C = acc) truncates the running sum at every step (the tensor cores' fp32 accumulation rounds toward
+// zero), a bias that does not average out: the mixes came out shrunk by a few 1e-7, and grad/scale, whose per-token
+// terms cancel ~360x, inherited it as tens of ULP (hc_pre/v4_width on the H100). One truncation per 16 products is
+// relative to that product alone.
+// Not volatile: the compiler may interleave independent accumulators.
+__device__ __forceinline__ void mma_bf16(float (&acc)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  float d[4];
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%10,%10,%10};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.f));
+#pragma unroll
+  for (int e = 0; e < 4; ++e) acc[e] = __fadd_rn(acc[e], d[e]);
 }
 
 // w = hi + mid + lo exactly (bf16 has fp32's exponent range; each step takes 8 significant bits off the remainder).
@@ -1164,14 +1170,9 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
     const unsigned char* xs = ring + size_t(n % kFusedStages) * Sl::StageBytes;
 
     // 1. This warp's blocks: dots (tensor cores) and the sum of squares of rows g, g + 8.
-    // NA accumulators per n-tile, one per term of fn for hc_head's single n-tile (three chains of 4 MMAs instead
-    // of one of 12), one for hc_pre's three (its n-tiles already interleave; more would not fit in registers).
-    constexpr int NA = NT == 1 ? 3 : 1;
-    float acc[NT][NA][4];
+    float acc[NT][4];
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int i = 0; i < NA; ++i) acc[nt][i][0] = acc[nt][i][1] = acc[nt][i][2] = acc[nt][i][3] = 0.f;
+    for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
     float ss_lo = 0.f, ss_hi = 0.f;
 #pragma unroll
     for (int j = 0; j < BPW; ++j) {
@@ -1179,13 +1180,13 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
       const uint4 r0 = *reinterpret_cast<const uint4*>(xs + g * Sl::RowBytes + fused_chunk(g, chunk) * 16);
       const uint4 r8 = *reinterpret_cast<const uint4*>(xs + (g + 8) * Sl::RowBytes + fused_chunk(g + 8, chunk) * 16);
       const uint32_t lo[4] = {r0.x, r8.x, r0.y, r8.y}, hi[4] = {r0.z, r8.z, r0.w, r8.w};
-      // Each accumulator sums in the order (j, term, lo/hi); the n-tiles (and terms, NA = 3) interleave.
+      // Each accumulator sums in the order (j, term, lo/hi); the multiplies themselves are independent.
 #pragma unroll
       for (int i = 0; i < 3; ++i) {
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) mma_bf16(acc[nt][i % NA], lo, fb[j][nt][i][0], fb[j][nt][i][1]);
+        for (int nt = 0; nt < NT; ++nt) mma_bf16(acc[nt], lo, fb[j][nt][i][0], fb[j][nt][i][1]);
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) mma_bf16(acc[nt][i % NA], hi, fb[j][nt][i][2], fb[j][nt][i][3]);
+        for (int nt = 0; nt < NT; ++nt) mma_bf16(acc[nt], hi, fb[j][nt][i][2], fb[j][nt][i][3]);
       }
       const uint32_t w0[4] = {r0.x, r0.y, r0.z, r0.w}, w8[4] = {r8.x, r8.y, r8.z, r8.w};
 #pragma unroll
@@ -1199,16 +1200,9 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
     for (int o = 1; o <= 2; o <<= 1) sl += __shfl_xor_sync(~0u, sl, o), sh += __shfl_xor_sync(~0u, sh, o);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-      float d[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        d[e] = acc[nt][0][e];  // (lo + mid) + hi: small terms first
-#pragma unroll
-        for (int i = 1; i < NA; ++i) d[e] += acc[nt][i][e];
-      }
       float* w = wdot + (warp * kFusedTM) * 8 * NT + nt * 8 + 2 * q;
-      w[g * 8 * NT] = d[0], w[g * 8 * NT + 1] = d[1];
-      w[(g + 8) * 8 * NT] = d[2], w[(g + 8) * 8 * NT + 1] = d[3];
+      w[g * 8 * NT] = acc[nt][0], w[g * 8 * NT + 1] = acc[nt][1];
+      w[(g + 8) * 8 * NT] = acc[nt][2], w[(g + 8) * 8 * NT + 1] = acc[nt][3];
     }
     if (q == 0) wss[warp * kFusedTM + g] = sl, wss[warp * kFusedTM + g + 8] = sh;
     __syncthreads();
