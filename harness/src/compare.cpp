@@ -1,6 +1,14 @@
+#include "harness/cuda/compare_element.hpp"
+
 #include <fmt/format.h>
 
 #include <ATen/Parallel.h>
+#if PARITY_WITH_CUDA
+#include "harness/cuda/compare.cuh"
+
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#endif
 
 #include <algorithm>
 #include <array>
@@ -18,8 +26,18 @@
 #include <utility>
 #include <vector>
 
+// ATen's parallel_for is defined in its headers, with OpenMP: compiled without it, every chunk below runs on the calling
+// thread (CMakeLists.txt builds this file with OpenMP).
+#if AT_PARALLEL_OPENMP && !defined(_OPENMP)
+#error "compare.cpp must be compiled with OpenMP, or compare() runs on one thread"
+#endif
+
 namespace parity {
 namespace {
+
+static_assert(cmp::kUlpBuckets == kUlpBuckets && cmp::kGridSide == kErrorGridSide);
+using cmp::kErrBuckets;
+using cmp::kErrShift;
 
 constexpr int64_t kMaxUlp = std::numeric_limits<int64_t>::max();
 
@@ -82,13 +100,9 @@ at::ScalarType narrower(at::ScalarType actual, at::ScalarType expected) {
 
 constexpr int64_t kChunk = int64_t{1} << 18;  // elements; large enough that the partials cost little to merge
 constexpr int64_t kBlock = 512;                // a multiple of 32 whose per-element arrays stay in L1
-// Past this many elements the |err| percentiles come from a log-spaced histogram rather than a sort (see below).
+// Past this many elements the |err| percentiles come from a log-spaced histogram (cmp::err_bucket, four buckets per
+// octave) rather than a sort (see below).
 constexpr int64_t kExactPercentileLimit = int64_t{1} << 16;
-// The |err| histogram: a positive double's bits shifted right by 50 keep its exponent and two leading significand
-// bits, so bucket b spans [bits b<<50, bits (b+1)<<50): four buckets per octave (a width ratio of 2^(1/4), about
-// 13 per decade) over the whole fp64 range, with +Inf in its own bucket and 0 in bucket 0.
-constexpr int kErrShift = 50;
-constexpr int kErrBuckets = 1 << (64 - kErrShift - 1);  // the sign bit is always clear
 // While a thread scans its chunks the histogram is kept at a finer grain: slot = the top 16 bits of the error's double,
 // four slots to a bucket. Those 16 bits load straight from memory, so counting an error is a load and an increment.
 constexpr int kErrSlotShift = kErrShift - 2;
@@ -122,75 +136,30 @@ struct Bits<c10::BFloat16> {
   static uint64_t of(c10::BFloat16 v) { return v.x; }
 };
 
-// The ULP histogram's finite buckets, for the scalar path and the vector kernel alike: bucket b > 0 holds the distances
-// in (kUlpEdges[b-1], kUlpEdges[b]], the last everything above 1024.
-constexpr std::array<uint32_t, kUlpBuckets - 2> kUlpEdges = {0, 1, 2, 4, 8, 16, 32, 64, 256, 1024};
-
-// The number of edges below u. Past 0 the edges are powers of two, 2^j below u exactly where j < bit_width(u - 1): a
-// table by that width, rather than a search whose branches the distances would mispredict.
-int ulp_bucket(uint64_t u) {
-  static constexpr std::array<int8_t, 65> kByWidth = [] {
-    std::array<int8_t, 65> t{};
-    for (unsigned width = 0; width <= 64; ++width)
-      for (const uint32_t edge : kUlpEdges) t[width] += edge != 0 && std::bit_width(edge) <= width;
-    return t;
-  }();
-  static_assert(std::all_of(kUlpEdges.begin() + 1, kUlpEdges.end(), [](uint32_t e) { return std::has_single_bit(e); }));
-  return u == 0 ? 0 : 1 + kByWidth[std::bit_width(u - 1)];
-}
-
-// -x where sign is 1, x where it is 0, without a branch.
-int64_t negate_if(int64_t x, uint64_t sign) {
-  const int64_t mask = -static_cast<int64_t>(sign);
-  return (x ^ mask) - mask;
-}
+// The ULP histogram's finite buckets, for the scalar path and the vector kernel alike (cmp::kUlpEdges).
+constexpr auto kUlpEdges = std::to_array(cmp::kUlpEdges);
+static_assert(std::all_of(kUlpEdges.begin() + 1, kUlpEdges.end(), [](uint32_t e) { return std::has_single_bit(e); }));
+using cmp::ulp_bucket;
 
 // Bit layout of the ULP dtype TU.
 template <typename TU>
-struct UlpFormat {
-  static constexpr int kWidth = sizeof(TU) * 8;
-  static constexpr uint64_t kMagnitude = (uint64_t{1} << (kWidth - 1)) - 1;
-  // +Inf: every exponent bit set, no significand bit; larger magnitudes are NaN.
-  static constexpr uint64_t kInfBits = kMagnitude & ~((uint64_t{1} << (std::numeric_limits<TU>::digits - 1)) - 1);
-};
+using UlpFormat = cmp::BitFormat<sizeof(TU) * 8, std::numeric_limits<TU>::digits>;
 
 // One element of actual (TA) against expected (TE), classified and ULP-counted in TU: the reference for every element
 // the vector kernel does not take.
-struct Element {
-  double a, e;      // the stored values in fp64
-  double abs_err;   // |a - e|
-  uint64_t ulp;     // ordered-integer distance in TU; meaningless where a NaN is involved
-  bool e_nan, both_nan, differs, nan_mismatch, inf_mismatch, comparable;
+struct Element : cmp::UlpClass {
+  double a, e;     // the stored values in fp64
+  double abs_err;  // |a - e|
 };
 
 template <typename TA, typename TE, typename TU>
 Element classify(TA act, TE exp, bool allow_nan) {
-  using F = UlpFormat<TU>;
   Element el;
-  el.a = static_cast<double>(act), el.e = static_cast<double>(exp);
   // Classification in TU: a wider side is rounded to the narrower dtype first (exactly what .to() does).
-  const uint64_t ab = Bits<TU>::of(static_cast<TU>(act)), eb = Bits<TU>::of(static_cast<TU>(exp));
-  const uint64_t am = ab & F::kMagnitude, em = eb & F::kMagnitude;
-  const bool a_nan = am > F::kInfBits, e_nan = em > F::kInfBits;
-  const bool any_nan = a_nan || e_nan;
-  // Ordered integers: -0 and +0 both map to 0, so equal values (NaN aside) have equal ordered integers.
-  const int64_t oa = negate_if(static_cast<int64_t>(am), ab >> (F::kWidth - 1));
-  const int64_t oe = negate_if(static_cast<int64_t>(em), eb >> (F::kWidth - 1));
-  el.e_nan = e_nan;
-  el.both_nan = a_nan && e_nan;
-  el.differs = (any_nan || oa != oe) && !el.both_nan;
-  el.nan_mismatch = allow_nan ? a_nan != e_nan : any_nan;
-  el.inf_mismatch = (am == F::kInfBits || em == F::kInfBits) && el.differs && !any_nan;
-  el.comparable = !any_nan && !el.inf_mismatch;
-  if constexpr (sizeof(TU) < 8) {
-    const int64_t d = oa - oe;
-    el.ulp = static_cast<uint64_t>(negate_if(d, static_cast<uint64_t>(d) >> 63));
-  } else {
-    // Opposite-sign fp64 distances exceed int64: saturate as ulp_distance() does.
-    const auto ua = static_cast<uint64_t>(oa), ue = static_cast<uint64_t>(oe);
-    el.ulp = (oa >= 0) == (oe >= 0) ? (oa > oe ? ua - ue : ue - ua) : std::min<uint64_t>(am + em, kMaxUlp);
-  }
-  el.abs_err = el.a == el.e ? 0.0 : std::fabs(el.a - el.e);  // Inf - Inf is no error
+  static_cast<cmp::UlpClass&>(el) = cmp::classify_bits<UlpFormat<TU>>(Bits<TU>::of(static_cast<TU>(act)),
+                                                                      Bits<TU>::of(static_cast<TU>(exp)), allow_nan);
+  el.a = static_cast<double>(act), el.e = static_cast<double>(exp);
+  el.abs_err = cmp::abs_error(el.a, el.e);
   return el;
 }
 
@@ -446,27 +415,14 @@ int64_t first_index_of(const T* values, int64_t n, T v) {
 
 // ---- one chunk --------------------------------------------------------------------------------------------------
 
-struct Partial {
-  int64_t bitwise_diff = 0, nan_mismatch = 0, inf_mismatch = 0, nan_expected = 0, both_nan = 0;
-  int64_t comparable = 0, rel_defined = 0;
-  double sum_abs = 0, sum_rel = 0, sum_ulp = 0;
-  double sum_aa = 0, sum_ee = 0, sum_dd = 0, sum_ae = 0;
-  double max_abs = -1, max_rel = -1, max_abs_expected = 0;
-  int64_t max_ulp = -1;
-  int64_t max_abs_at = -1, max_rel_at = -1, max_ulp_at = -1;
-  std::array<int64_t, kUlpBuckets> ulp_hist{};
-  std::vector<int64_t> first;    // flat indices of the chunk's first listed elements
-  std::vector<double> grid;      // the error grid's cells this chunk touched (max is order-free)
+struct Partial : cmp::ScanTotals {
+  std::vector<int64_t> first;  // flat indices of the chunk's first listed elements
+  std::vector<double> grid;    // the error grid's cells this chunk touched (max is order-free)
 };
 
-struct Grid {
-  int64_t rows, cols;            // of the 2-D view
-  int64_t cell_rows, cell_cols;  // cells
-};
-
-// Block i of n elements cut into `bins` spans [i*n/bins, (i+1)*n/bins); the block holding element r.
-int64_t block_of(int64_t r, int64_t n, int64_t bins) { return ((r + 1) * bins - 1) / n; }
-int64_t block_start(int64_t i, int64_t n, int64_t bins) { return i * n / bins; }
+using Grid = cmp::GridShape;
+using cmp::block_of;
+using cmp::block_start;
 
 // What one thread reuses from chunk to chunk and from call to call.
 class Scratch {
@@ -705,7 +661,7 @@ class ChunkScan {
     p.max_rel = t.max_rel.value, p.max_rel_at = t.max_rel.at;
     p.max_ulp = t.max_ulp.value, p.max_ulp_at = t.max_ulp.at;
     p.max_abs_expected = t.max_abs_expected;
-    p.ulp_hist = t.ulp_hist;
+    std::copy(t.ulp_hist.begin(), t.ulp_hist.end(), p.ulp_hist);
   }
 
   const TA* act_;
@@ -782,16 +738,14 @@ std::array<double, 4> histogram_percentiles(const std::vector<uint64_t>& hist, i
   return out;
 }
 
-// The Mismatch record of one element, recomputed from the inputs (only first_n of them are asked for).
-template <typename TA, typename TE, typename TU>
-Mismatch describe_mismatch(const TA* act, const TE* exp, int64_t flat, at::IntArrayRef sizes, at::ScalarType ulp_type) {
-  const double a = static_cast<double>(act[flat]), e = static_cast<double>(exp[flat]);
+// The Mismatch record of one element from its stored values (only first_n of them are asked for): ulp_distance() rounds
+// both to ulp_type, as the scan does.
+Mismatch mismatch_at(int64_t flat, double a, double e, at::IntArrayRef sizes, at::ScalarType ulp_type) {
   return {.index = unravel(flat, sizes),
           .actual = a,
           .expected = e,
-          .abs_diff = a == e ? 0.0 : std::fabs(a - e),
-          .ulp = ulp_distance(static_cast<double>(static_cast<TU>(act[flat])),
-                              static_cast<double>(static_cast<TU>(exp[flat])), ulp_type)};
+          .abs_diff = cmp::abs_error(a, e),
+          .ulp = ulp_distance(a, e, ulp_type)};
 }
 
 // Calls f with a value of the C++ type that stores dtype t (float_format has rejected every other dtype).
@@ -815,6 +769,155 @@ void require_same_shape(const at::Tensor& actual, const at::Tensor& expected) {
   }
 }
 
+// A whole tensor scanned, on the CPU or the GPU: the totals merged in index order, and what is not a total.
+struct Scan {
+  cmp::ScanTotals t;
+  std::array<double, 4> abs_pct{};
+  std::vector<double> grid;  // the heatmap's cells, row-major
+  std::vector<Mismatch> first;
+};
+
+Scan scan_on_cpu(const at::Tensor& actual, const at::Tensor& expected, const Grid& g, const CompareOptions& opts,
+                 at::ScalarType ulp_type) {
+  const at::Tensor a = actual.cpu().contiguous(), e = expected.cpu().contiguous();
+  const int64_t numel = a.numel();
+  const int64_t chunks = (numel + kChunk - 1) / kChunk;
+  std::vector<Partial> parts(chunks);
+  const bool sort_errors = numel <= kExactPercentileLimit;
+  std::vector<double> small_errors;  // every comparable |err|, for exact percentiles of a small tensor
+  std::vector<uint64_t> err_hist(kErrBuckets);  // for the percentiles of a larger one
+  std::mutex err_hist_mutex;
+  Scan s;
+  with_storage_type(a.scalar_type(), [&]<typename TA>(TA) {
+    with_storage_type(e.scalar_type(), [&]<typename TE>(TE) {
+      using TU = std::conditional_t<(sizeof(TE) < sizeof(TA)), TE, TA>;  // narrower(): a tie goes to actual
+      const auto* act = static_cast<const TA*>(a.const_data_ptr());
+      const auto* exp = static_cast<const TE*>(e.const_data_ptr());
+      at::parallel_for(0, chunks, 1, [&](int64_t lo, int64_t hi) {
+        Scratch& scratch = Scratch::of_this_thread();
+        uint32_t* const err_counts = sort_errors ? nullptr : scratch.start_counting();
+        double max_err = -1;
+        for (int64_t c = lo; c < hi; ++c) {
+          scan_chunk<TA, TE, TU>(act, exp, c * kChunk, std::min(numel, (c + 1) * kChunk), g, opts, parts[c], scratch,
+                                 err_counts, sort_errors ? &small_errors : nullptr);
+          max_err = std::max(max_err, parts[c].max_abs);
+          // Before a slot could count past 32 bits.
+          if (err_counts && ((c + 1 - lo) % kChunksPerFold == 0 || c + 1 == hi)) {
+            const std::lock_guard lock(err_hist_mutex);
+            scratch.fold_counts(max_err, err_hist);
+            if (c + 1 < hi) scratch.start_counting();
+          }
+        }
+      });
+      for (const Partial& p : parts)
+        for (const int64_t i : p.first)
+          if (static_cast<int>(s.first.size()) < opts.first_n)
+            s.first.push_back(mismatch_at(i, static_cast<double>(act[i]), static_cast<double>(exp[i]), a.sizes(),
+                                          ulp_type));
+    });
+  });
+
+  // Merged in chunk order: the floating sums, and which of equal maxima is reported (the first), are fixed.
+  s.grid.assign(g.cell_rows * g.cell_cols, 0.0);
+  for (const Partial& p : parts) {
+    cmp::merge_in_order(s.t, p);
+    for (size_t c = 0; c < s.grid.size(); ++c) s.grid[c] = std::max(s.grid[c], p.grid[c]);
+  }
+  s.abs_pct = sort_errors ? exact_percentiles(std::move(small_errors))
+                          : histogram_percentiles(err_hist, s.t.comparable, std::max(s.t.max_abs, 0.0));
+  return s;
+}
+
+#if PARITY_WITH_CUDA
+namespace cc = compare_cuda;
+
+cc::Dtype cuda_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kDouble:
+      return cc::Dtype::fp64;
+    case at::kFloat:
+      return cc::Dtype::fp32;
+    case at::kHalf:
+      return cc::Dtype::fp16;
+    default:
+      return cc::Dtype::bf16;  // float_format has rejected every other dtype
+  }
+}
+
+void check_launch(const char* kernel) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    throw std::runtime_error(
+        fmt::format("compare: CUDA kernel {} failed: {} ({})", kernel, cudaGetErrorName(e), cudaGetErrorString(e)));
+}
+
+// `count` objects of type T from the bytes of a CPU uint8 tensor, starting at byte `offset`.
+template <typename T>
+std::vector<T> objects_at(const at::Tensor& bytes, int64_t offset, int64_t count) {
+  std::vector<T> out(count);
+  std::memcpy(out.data(), bytes.const_data_ptr<uint8_t>() + offset, count * sizeof(T));
+  return out;
+}
+
+// The fused comparator (harness/cuda/compare.cu): one pass over both tensors where actual lives, per-block totals merged
+// here in block order (the same merge as the CPU's chunks, so the same maxima and counts; the floating sums are added
+// in another order but in the same one on every run), then the first mismatches from the few blocks that hold them.
+Scan scan_on_gpu(const at::Tensor& actual, const at::Tensor& expected, const Grid& g, const CompareOptions& opts,
+                 at::ScalarType ulp_type) {
+  const c10::cuda::CUDAGuard guard(actual.device());
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const at::Tensor a = actual.contiguous(), e = expected.to(actual.device()).contiguous();
+  const int64_t numel = a.numel(), cells = g.cell_rows * g.cell_cols;
+  const cc::ScanLayout layout = cc::scan_layout(numel);
+
+  // One zeroed workspace: the blocks' totals, the |err| histogram, the heatmap's cells (as the bits of their doubles).
+  const int64_t blocks_bytes = layout.blocks * int64_t{sizeof(cc::BlockTotals)};
+  const int64_t hist_bytes = kErrBuckets * int64_t{sizeof(unsigned long long)};
+  const at::Tensor work = at::zeros({blocks_bytes + hist_bytes + cells * 8}, a.options().dtype(at::kByte));
+  uint8_t* const base = work.mutable_data_ptr<uint8_t>();
+  cc::launch_compare_scan(cuda_dtype(a.scalar_type()), cuda_dtype(e.scalar_type()), a.const_data_ptr(),
+                          e.const_data_ptr(), numel, g, opts.allow_nan, layout,
+                          reinterpret_cast<cc::BlockTotals*>(base),
+                          reinterpret_cast<unsigned long long*>(base + blocks_bytes),
+                          reinterpret_cast<unsigned long long*>(base + blocks_bytes + hist_bytes), stream);
+  check_launch("compare_scan");
+  const at::Tensor host = work.cpu();
+
+  Scan s;
+  std::vector<cc::FirstRange> ranges;  // the blocks that hold the first first_n listed elements, in order
+  int64_t listed = 0;
+  const auto blocks = objects_at<cc::BlockTotals>(host, 0, layout.blocks);
+  for (int b = 0; b < layout.blocks; ++b) {
+    cmp::merge_in_order(s.t, blocks[b].t);
+    if (const int64_t take = std::min<int64_t>(blocks[b].listed, opts.first_n - listed); take > 0) {
+      const int64_t begin = b * layout.stretch;
+      ranges.push_back({begin, std::min(numel, begin + layout.stretch), take, listed});
+      listed += take;
+    }
+  }
+  s.abs_pct = histogram_percentiles(objects_at<uint64_t>(host, blocks_bytes, kErrBuckets), s.t.comparable,
+                                    std::max(s.t.max_abs, 0.0));
+  for (const uint64_t bits : objects_at<uint64_t>(host, blocks_bytes + hist_bytes, cells))
+    s.grid.push_back(std::bit_cast<double>(bits));
+
+  if (!ranges.empty()) {
+    const at::Tensor ranges_device =
+        at::from_blob(ranges.data(), {static_cast<int64_t>(ranges.size() * sizeof(cc::FirstRange))}, at::kByte)
+            .to(a.device());
+    const at::Tensor out = at::empty({listed * int64_t{sizeof(cc::Listed)}}, a.options().dtype(at::kByte));
+    cc::launch_compare_first(cuda_dtype(a.scalar_type()), cuda_dtype(e.scalar_type()), a.const_data_ptr(),
+                             e.const_data_ptr(), opts.allow_nan,
+                             reinterpret_cast<const cc::FirstRange*>(ranges_device.const_data_ptr()),
+                             static_cast<int>(ranges.size()), reinterpret_cast<cc::Listed*>(out.mutable_data_ptr()),
+                             stream);
+    check_launch("compare_first");
+    for (const cc::Listed& l : objects_at<cc::Listed>(out.cpu(), 0, listed))
+      s.first.push_back(mismatch_at(l.flat, l.actual, l.expected, a.sizes(), ulp_type));
+  }
+  return s;
+}
+#endif
+
 }  // namespace
 
 std::string ulp_bucket_label(int bucket) {
@@ -827,79 +930,30 @@ std::string ulp_bucket_label(int bucket) {
 Metrics compare(const at::Tensor& actual, const at::Tensor& expected, const CompareOptions& opts) {
   require_same_shape(actual, expected);
   const at::ScalarType ulp_type = narrower(actual.scalar_type(), expected.scalar_type());
-  const at::Tensor a = actual.cpu().contiguous(), e = expected.cpu().contiguous();
 
   Metrics m;
   m.dtype = dtype_name(ulp_type);
   m.numel = actual.numel();
   if (m.numel == 0) return m;
   ErrorGrid& grid = m.error_grid;
-  grid.tensor_cols = a.dim() == 0 ? 1 : a.size(-1);
+  grid.tensor_cols = actual.dim() == 0 ? 1 : actual.size(-1);
   grid.tensor_rows = m.numel / grid.tensor_cols;
   grid.rows = std::min(grid.tensor_rows, kErrorGridSide);
   grid.cols = std::min(grid.tensor_cols, kErrorGridSide);
   const Grid g{grid.tensor_rows, grid.tensor_cols, grid.rows, grid.cols};
 
-  const int64_t chunks = (m.numel + kChunk - 1) / kChunk;
-  std::vector<Partial> parts(chunks);
-  const bool sort_errors = m.numel <= kExactPercentileLimit;
-  std::vector<double> small_errors;  // every comparable |err|, for exact percentiles of a small tensor
-  std::vector<uint64_t> err_hist(kErrBuckets);  // for the percentiles of a larger one
-  std::mutex err_hist_mutex;
-  with_storage_type(a.scalar_type(), [&]<typename TA>(TA) {
-    with_storage_type(e.scalar_type(), [&]<typename TE>(TE) {
-      using TU = std::conditional_t<(sizeof(TE) < sizeof(TA)), TE, TA>;  // narrower(): a tie goes to actual
-      const auto* act = static_cast<const TA*>(a.const_data_ptr());
-      const auto* exp = static_cast<const TE*>(e.const_data_ptr());
-      at::parallel_for(0, chunks, 1, [&](int64_t lo, int64_t hi) {
-        Scratch& scratch = Scratch::of_this_thread();
-        uint32_t* const err_counts = sort_errors ? nullptr : scratch.start_counting();
-        double max_err = -1;
-        for (int64_t c = lo; c < hi; ++c) {
-          scan_chunk<TA, TE, TU>(act, exp, c * kChunk, std::min(m.numel, (c + 1) * kChunk), g, opts, parts[c],
-                                 scratch, err_counts, sort_errors ? &small_errors : nullptr);
-          max_err = std::max(max_err, parts[c].max_abs);
-          // Before a slot could count past 32 bits.
-          if (err_counts && ((c + 1 - lo) % kChunksPerFold == 0 || c + 1 == hi)) {
-            const std::lock_guard lock(err_hist_mutex);
-            scratch.fold_counts(max_err, err_hist);
-            if (c + 1 < hi) scratch.start_counting();
-          }
-        }
-      });
-      for (const Partial& p : parts)
-        for (const int64_t i : p.first)
-          if (static_cast<int>(m.first.size()) < opts.first_n)
-            m.first.push_back(describe_mismatch<TA, TE, TU>(act, exp, i, a.sizes(), ulp_type));
-    });
-  });
-
-  // Merged in chunk order: the floating sums, and which of equal maxima is reported (the first), are fixed.
-  Partial t;
-  grid.cells.assign(g.cell_rows * g.cell_cols, 0.0);
-  for (const Partial& p : parts) {
-    t.bitwise_diff += p.bitwise_diff;
-    t.nan_mismatch += p.nan_mismatch;
-    t.inf_mismatch += p.inf_mismatch;
-    t.nan_expected += p.nan_expected;
-    t.both_nan += p.both_nan;
-    t.comparable += p.comparable;
-    t.rel_defined += p.rel_defined;
-    t.sum_abs += p.sum_abs;
-    t.sum_rel += p.sum_rel;
-    t.sum_ulp += p.sum_ulp;
-    t.sum_aa += p.sum_aa;
-    t.sum_ee += p.sum_ee;
-    t.sum_dd += p.sum_dd;
-    t.sum_ae += p.sum_ae;
-    t.max_abs_expected = std::max(t.max_abs_expected, p.max_abs_expected);
-    if (p.max_abs > t.max_abs) t.max_abs = p.max_abs, t.max_abs_at = p.max_abs_at;
-    if (p.max_rel > t.max_rel) t.max_rel = p.max_rel, t.max_rel_at = p.max_rel_at;
-    if (p.max_ulp > t.max_ulp) t.max_ulp = p.max_ulp, t.max_ulp_at = p.max_ulp_at;
-    for (int b = 0; b < kUlpBuckets; ++b) t.ulp_hist[b] += p.ulp_hist[b];
-    for (size_t c = 0; c < grid.cells.size(); ++c) grid.cells[c] = std::max(grid.cells[c], p.grid[c]);
-  }
-
+#if PARITY_WITH_CUDA
+  // Small tensors are compared on the CPU wherever they live: their percentiles come from a sort of every error, which
+  // the GPU path does not do, and copying them costs nothing.
+  const bool on_gpu = actual.is_cuda() && m.numel > kExactPercentileLimit;
+  Scan s = on_gpu ? scan_on_gpu(actual, expected, g, opts, ulp_type) : scan_on_cpu(actual, expected, g, opts, ulp_type);
+#else
+  Scan s = scan_on_cpu(actual, expected, g, opts, ulp_type);
+#endif
+  const cmp::ScanTotals& t = s.t;
+  grid.cells = std::move(s.grid);
+  m.first = std::move(s.first);
+  m.abs_pct = s.abs_pct;
   m.bitwise_diff = t.bitwise_diff;
   m.nan_mismatch = t.nan_mismatch;
   m.inf_mismatch = t.inf_mismatch;
@@ -911,15 +965,13 @@ Metrics compare(const at::Tensor& actual, const at::Tensor& expected, const Comp
   m.mean_abs = mean(t.sum_abs, t.comparable);
   m.max_rel = std::max(t.max_rel, 0.0);
   m.mean_rel = mean(t.sum_rel, t.rel_defined);
-  m.abs_pct = sort_errors ? exact_percentiles(std::move(small_errors))
-                                                : histogram_percentiles(err_hist, t.comparable, m.max_abs);
   m.max_ulp = std::max<int64_t>(t.max_ulp, 0);
   m.mean_ulp = mean(t.sum_ulp, t.comparable);
-  m.ulp_hist = t.ulp_hist;
+  std::copy(std::begin(t.ulp_hist), std::end(t.ulp_hist), m.ulp_hist.begin());
   // Matching NaNs are matches: counting them in bucket 0 keeps the histogram summing to numel.
   if (opts.allow_nan) m.ulp_hist[0] += t.both_nan;
   m.ulp_hist[kUlpBuckets - 1] = m.nan_mismatch + m.inf_mismatch;
-  const auto worst = [&](int64_t flat) { return flat < 0 ? std::vector<int64_t>{} : unravel(flat, a.sizes()); };
+  const auto worst = [&](int64_t flat) { return flat < 0 ? std::vector<int64_t>{} : unravel(flat, actual.sizes()); };
   m.worst_abs_index = worst(t.max_abs_at);
   m.worst_rel_index = worst(t.max_rel_at);
   m.worst_ulp_index = worst(t.max_ulp_at);

@@ -550,7 +550,8 @@ TEST(CompareLarge, RelativeErrorSkipsZerosInAVectorBlock) {
   EXPECT_DOUBLE_EQ(m.mean_rel, 0.25 / 511);
 }
 
-// Every field, the floating sums included, is the same on one thread and on several.
+// Every field, the floating sums included, is the same on one thread and on several (compare.cpp is built with OpenMP,
+// so that at::set_num_threads takes effect there: it does not compile without).
 TEST(CompareLarge, IndependentOfTheThreadCount) {
   const int64_t n = 7 * 187295;  // five chunks and a bit, seven columns
   auto [actual, expected] = noisy_pair(n, at::kBFloat16, at::kFloat, 11);

@@ -1,0 +1,60 @@
+// compare()'s CUDA path: kernels over raw device pointers and their launchers. No LibTorch here, so the nvcc
+// translation unit stays light; harness/src/compare.cpp allocates, launches and merges.
+//
+// One pass: launch_compare_scan reads both tensors once. CUDA block b scans one contiguous stretch of elements and
+// writes its totals (cmp::ScanTotals, per element exactly as the CPU path computes them: harness/cuda/compare_element.hpp),
+// which the host merges in block order, as the CPU merges its chunks: so the counts, maxima and where they first occur
+// are the CPU's, and the floating sums are added in an order of their own but the same one on every run on a device
+// (per-thread sums in index order, fixed butterflies, blocks in order; no floating atomics). The |err| histogram and
+// the heatmap's cells, integer counts and maxima, are added across blocks with integer atomics. The first mismatches
+// come from launch_compare_first, which lists them from the few stretches that hold them.
+//
+// Every launcher starts exactly one kernel on `stream`, so the caller can check cudaGetLastError after each.
+#pragma once
+#include "harness/cuda/compare_element.hpp"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace parity::compare_cuda {
+
+enum class Dtype : int { fp64, fp32, fp16, bf16 };
+
+// Block b of the scan covers elements [b * stretch, min(numel, (b + 1) * stretch)).
+struct ScanLayout {
+  int blocks;
+  int64_t stretch;
+};
+ScanLayout scan_layout(int64_t numel);  // on the current device
+
+struct BlockTotals {
+  cmp::ScanTotals t;  // every field; ulp_hist without its last (NaN/Inf) bucket, which the caller fills in
+  int64_t listed;     // elements Metrics::first lists: those that differ, and NaN mismatches
+};
+
+// The ULP dtype is the narrower of the two (a tie goes to actual), as on the CPU. The caller zeroes err_hist
+// (cmp::kErrBuckets counts) and cells (grid.cell_rows * grid.cell_cols maxima, as the bits of non-negative doubles).
+void launch_compare_scan(Dtype actual_type, Dtype expected_type, const void* actual, const void* expected,
+                         int64_t numel, const cmp::GridShape& grid, bool allow_nan, ScanLayout layout,
+                         BlockTotals* blocks, unsigned long long* err_hist, unsigned long long* cells,
+                         cudaStream_t stream);
+
+// Lists the first `count` listed elements of [begin, end), in index order, at out[offset], out[offset + 1], ...
+struct FirstRange {
+  int64_t begin, end, count, offset;
+};
+struct Listed {
+  int64_t flat;
+  double actual, expected;  // the stored values
+};
+void launch_compare_first(Dtype actual_type, Dtype expected_type, const void* actual, const void* expected,
+                          bool allow_nan, const FirstRange* ranges, int range_count, Listed* out, cudaStream_t stream);
+
+// The floor the comparator is held to (bench/bench_compare_cuda.cpp): reads a and b once (16-byte aligned, sizes a
+// multiple of 16 bytes) and writes one word per block (read_both_blocks() of them) so that nothing is optimised away.
+int read_both_blocks();
+void launch_read_both(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes, unsigned* out,
+                      cudaStream_t stream);
+
+}  // namespace parity::compare_cuda
