@@ -34,10 +34,22 @@ mkdir -p "$OUT/history" && cp reports/history/*.jsonl "$OUT/history/" 2>/dev/nul
 echo "history check rc=$?"; grep -E 'SLOWER|FASTER|CREEP|NUMERIC' "$OUT/history-check.txt" | head -20
 "$B/parity" report --results "$OUT/results-gpu.json" --history "$OUT/history" --out "$OUT/report-gpu.html"
 echo "report rc=$?"
-# The Python-only peer (torch.compile), with eager and a copy timed in the same process.
-timeout 240 python3 bench/hc_torch_timing.py --json "$OUT/torch-peers.json" >"$OUT/torch-peers.txt" 2>&1
-echo "torch peers rc=$?"; tail -16 "$OUT/torch-peers.txt"
+# The comparators themselves: the fused GPU comparator against a read of both tensors (x_read), the CPU one
+# against memcpy (x_memcpy), Google Benchmark JSON.
+"$B/bench/parity_bench" --benchmark_filter='CompareCuda|Compare/|Memcpy' --benchmark_repetitions=5 \
+  --benchmark_report_aggregates_only=true --benchmark_out="$OUT/bench-compare.json" --benchmark_out_format=json \
+  >"$OUT/bench-compare.txt" 2>&1
+echo "bench rc=$?"; grep -E "CompareCuda.*median" "$OUT/bench-compare.txt" | head
+timeout 120 compute-sanitizer --tool memcheck "$B/tests/parity_unit_tests" --gtest_filter='CompareCuda.*' \
+  >"$OUT/memcheck-compare.txt" 2>&1; tail -1 "$OUT/memcheck-compare.txt"
+# The Python-only peer (torch.compile), with eager and a copy timed in the same process (~2 min: PARITY_PEERS=0
+# leaves it out when the call would outrun its 10 minutes).
+touch "$OUT/torch-peers.txt"
+if [ "${PARITY_PEERS:-1}" = 1 ]; then
+  timeout 240 python3 bench/hc_torch_timing.py --json "$OUT/torch-peers.json" >"$OUT/torch-peers.txt" 2>&1
+  echo "torch peers rc=$?"; tail -16 "$OUT/torch-peers.txt"
+fi
 # At most 8 files come back: the logs travel as one archive.
 (cd "$OUT" && tar czf logs.tar.gz gpu.txt configure.log build.log ctest.log device.txt run-full.txt history-check.txt \
-  torch-peers.txt && rm -rf gpu.txt configure.log build.log ctest.log device.txt run-full.txt history-check.txt \
-  torch-peers.txt history)
+  torch-peers.txt bench-compare.txt memcheck-compare.txt && rm -rf gpu.txt configure.log build.log ctest.log \
+  device.txt run-full.txt history-check.txt torch-peers.txt bench-compare.txt memcheck-compare.txt history)
