@@ -1156,11 +1156,37 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
     }
   };
 
-  // One cluster barrier X(n) per tile, its latency hidden behind the collapse of tile n-2: X(n) delivers tile n's
-  // partial rows (written just before its arrive) and the pre of tile n-1 (written by the epilogue of n-1, before
-  // the arrive), so the collapse of n-2 is the newest one free to run between arrive and wait. Buffers: gpart
-  // alternates (the epilogue of n-1 reads its half until X(n)); spre has three slots (pre of n written while the
-  // collapses of n-1 and n-2 are pending); ring stage n % S is refilled (with tile n + S) after the collapse of n.
+  // 2b. CTA `rank` finishes token `rank` of tile n (warp 0): its CTAs' partial rows in rank order, in fp64, then the
+  // mixes, pre, and pre into every CTA's spre[n % 3].
+  auto finish_token = [&](int64_t n) {
+    const int64_t t = tile_of(n) * kFusedTM + rank;
+    float mix = 0.f, r = 0.f;
+    static_assert(NC <= 32, "a lane per column");
+    if (lane < NC) {
+      double sum = 0;
+      for (int c = 0; c < kFusedCluster; ++c) sum += gpart[((n & 1) * kFusedCluster + c) * NC + lane];
+      if (lane == NC - 1) r = rms_scale(float(sum), K, a.rms_eps);
+      else mix = float(sum);
+    }
+    r = __shfl_sync(~0u, r, NC - 1);
+    mix *= r;
+    const bool live = t < a.tokens;
+    if (live && lane < a.M) a.mixes[t * a.M + lane] = mix;
+    const float pre = lane < a.H ? pre_gate(mix, lane, a) : 0.f;
+    if (live && lane < a.H) a.pre[t * a.H + lane] = pre;
+    // Lane l writes pre_h, h = l % 4, into the shared memory of CTAs l / 4 and l / 4 + 8.
+    const float ph = __shfl_sync(~0u, pre, lane & 3);
+    float* dst = spre + (n % 3) * kFusedTM * H4 + rank * H4 + (lane & 3);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) *cluster.map_shared_rank(dst, (lane >> 2) + 8 * half) = live ? ph : 0.f;
+  };
+
+  // One cluster barrier X(n) per tile. Before its arrive, the lower half sends tile n's partial rows and warp 0
+  // finishes tile n-1's token (delivered by X(n-1)); after its wait both are everywhere. The upper half collapses
+  // tile n-2 (its pre delivered by X(n-1)) while the barrier completes, and nobody waits for a lone warp's epilogue.
+  // Buffers: gpart alternates (the epilogue of n-1 reads its half before X(n), the partials of n+1 land after it);
+  // spre has three slots (pre of n-1 written while the collapse of n-2 reads); ring stage n % S is refilled (with
+  // tile n + S) after the collapse of n.
   for (int64_t n = 0; n < my_tiles; ++n) {
     const int64_t tile = tile_of(n);
     cp_async_wait<kAhead - 1>();
@@ -1213,6 +1239,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
     // fence (release) is taken only by the threads whose writes the barrier must carry.
     static_assert(kFusedTM == kFusedCluster, "CTA r finishes token r of the tile");
     if (tid < kFusedThreads / 2) {
+      if (warp == 0 && n > 0) finish_token(n - 1);
       for (int v = tid; v < kFusedTM * NC; v += kFusedThreads / 2) {
         const int row = v / NC, col = v % NC;
         double sum = 0;
@@ -1227,34 +1254,12 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
       cluster_arrive_relaxed();  // X(n)
       if (n > 1) collapse(n - 2);
     }
-    cluster_wait();  // X(n): every CTA's partial row of token `rank` is here, and pre of tile n-1 everywhere
-    // 2b. CTA `rank` finishes token `rank` of the tile: CTAs in rank order, in fp64.
-    if (warp == 0) {
-      const int64_t t = tile * kFusedTM + rank;
-      float mix = 0.f, r = 0.f;
-      static_assert(NC <= 32, "a lane per column");
-      if (lane < NC) {
-        double sum = 0;
-        for (int c = 0; c < kFusedCluster; ++c) sum += gpart[((n & 1) * kFusedCluster + c) * NC + lane];
-        if (lane == NC - 1) r = rms_scale(float(sum), K, a.rms_eps);
-        else mix = float(sum);
-      }
-      r = __shfl_sync(~0u, r, NC - 1);
-      mix *= r;
-      const bool live = t < a.tokens;
-      if (live && lane < a.M) a.mixes[t * a.M + lane] = mix;
-      const float pre = lane < a.H ? pre_gate(mix, lane, a) : 0.f;
-      if (live && lane < a.H) a.pre[t * a.H + lane] = pre;
-      // Lane l writes pre_h, h = l % 4, into the shared memory of CTAs l / 4 and l / 4 + 8.
-      const float ph = __shfl_sync(~0u, pre, lane & 3);
-      float* dst = spre + (n % 3) * kFusedTM * H4 + rank * H4 + (lane & 3);
-#pragma unroll
-      for (int half = 0; half < 2; ++half) *cluster.map_shared_rank(dst, (lane >> 2) + 8 * half) = live ? ph : 0.f;
-    }
+    cluster_wait();  // X(n): every CTA's partial row of token `rank` of tile n is here, pre of tile n-1 everywhere
   }
-  // The last two collapses; X(last + 1) delivers the last pre (warp 0 wrote it: the lower half fences), and after
-  // it no CTA writes into this one.
+  // The last token, then the last two collapses; X(last + 1) delivers the last pre, and after it no CTA writes into
+  // this one.
   if (tid < kFusedThreads / 2) {
+    if (warp == 0 && my_tiles > 0) finish_token(my_tiles - 1);
     cluster_fence();
     cluster_arrive_relaxed();
   } else {
