@@ -15,6 +15,7 @@
 //   hc_pre  fwd (transpose+mix_fwd)   0.486      37.3%        hc_pre  fwd                    5.398
 //   hc_pre  fwd collapse              0.232      96.9%        hc_pre  fwd+bwd               18.200
 //   hc_pre  fwd total                 0.712      31.8%   (of one pass; x is read twice)
+//   hc_pre  fwd fused                 0.642      35.0%   (x read once; `parity run --perf`, d306270)
 //   hc_pre  bwd reduce / token        0.227 / 0.108
 //   hc_pre  bwd dx_dfn / sums         1.151 / 0.020
 //   hc_pre  bwd total                 1.498      27.2%
@@ -229,8 +230,14 @@ int main(int argc, char** argv) {
       rows.push_back({op + " fwd: fn_transpose+mix_fwd", time_ms(fwd_mix),
                       T * HD * e + prm + T * (m + 2 * H + H * H) * 4.0});
       rows.push_back({op + " fwd: collapse", time_ms(fwd_collapse), (T * HD + T * D) * e + T * H * 4.0});
-      rows.push_back({op + " fwd total (vs one pass)", time_ms([&] { fwd_mix(), fwd_collapse(); }),
-                      (T * HD + T * D) * e + prm + (p ? small : T * 2 * H * 4.0)});
+      const double fwd_bytes = (T * HD + T * D) * e + prm + (p ? small : T * 2 * H * 4.0);
+      rows.push_back({op + " fwd total (vs one pass)", time_ms([&] { fwd_mix(), fwd_collapse(); }), fwd_bytes});
+      if (kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, x, y, H, D))
+        rows.push_back({op + " fwd fused (vs one pass)", time_ms([&] {
+                          kc::launch_mix_fused_fwd(kind, x, fn, base, scale, mixes, pre, y, T, H, D, k, s);
+                          if (p) kc::launch_mix_post_comb(mixes, base, scale, post, comb, T, H, k, s);
+                        }),
+                        fwd_bytes});
       fwd_mix();
       rows.push_back({op + " bwd: reduce", time_ms(bwd_reduce), (T * HD + T * D) * e});
       rows.push_back({op + " bwd: token", time_ms(bwd_token), T * (2 * m + 2 * H + H * H) * 4.0});
