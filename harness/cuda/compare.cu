@@ -4,19 +4,22 @@ path: compare_element.hpp).
 
 compare_scan: persistent blocks of 256 threads, two per SM, each block one contiguous stretch walked in tiles of 2048
 elements. A thread loads 8 elements a side (one to four 16-byte loads; where both sides are 16-bit, the next tile's
-loads are issued before this one is computed) and computes them 4 at a time (8 at once would take ~180 registers).
-It keeps its sums in registers, in index order; the histograms sit in shared memory, counted with atomic increments
-that the hardware aggregates over a warp (ATOMS.POPC.INC): the ULP distances by bit_width(u - 1), a copy per warp (the
-buckets follow from the width), and the |err| buckets; the heatmap's cells take a thread's maximum when it moves to
-another cell. Four elements all finite in the ULP dtype (nearly all of real data) take finite_unit, ~60 instructions
-an element for bf16 against bf16; any others, and the tail, go element by element through cmp::classify_bits, the
-CPU's definition. At the end a block's totals are reduced in a fixed order and written to its slot; the histogram
-and the cells go to global ones with integer atomics.
+loads are issued before this one is computed) and computes them a half at a time (all eight at once spill). It keeps
+its sums in registers, in index order, and the ULP distances up to 32 as five-bit counts packed in one word; larger
+distances go to a per-warp shared histogram by bit_width(u - 1), and every |err| to the block's shared histogram, both
+with integer atomics. Eight elements all finite take finite8, straight-line; maxima and heatmap cells are checked once
+per vector against a cheap key of its largest values, and only a vector that may beat one is offered again exactly.
+Any others, and the tail, go element by element through cmp::classify_bits, the CPU's definition. At the end a
+block's totals are reduced in a fixed order and written to its slot; the histogram and the cells go to global ones
+with integer atomics.
 
-compare_first: one block per stretch that holds some of the first mismatches, listing them in order (a block-wide
-prefix count per tile) until it has the number asked for.
+compare_merge: one block merges the blocks' totals in block order (runs of neighbours, then a fixed tree) and places
+the first mismatches: which blocks hold them, and where in the list each block's go.
 
-ptxas (sm_90a): 120-128 registers; no spills in the loop (bf16 against fp64 parks two loop-invariant words outside it).
+compare_first: one block per stretch (those that hold none of the first mismatches return at once), listing them in
+order (a block-wide prefix count per tile) until it has the number asked for.
+
+ptxas (sm_90a): 128 registers; no spills but for bf16 against fp64 and fp64 against bf16 (8-16 bytes).
 */
 #include "harness/cuda/compare.cuh"
 
@@ -34,15 +37,13 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kBlocksPerSm = 2;
-constexpr int kVec = 8;                             // elements a thread loads per tile
-constexpr int kUnit = 4;                            // elements computed together (more would spill registers)
+constexpr int kVec = 8;                             // elements a thread loads and computes per tile
 constexpr int64_t kTile = int64_t{kThreads} * kVec;  // elements per block and step
 // A stretch this long keeps every per-thread and per-block counter within 32 bits.
 constexpr int64_t kMaxStretch = int64_t{1} << 30;
-// The ULP histogram is kept by bit_width(u - 1) of a nonzero distance u (below 64: fp64 distances saturate at 2^63-1),
-// with distance 0 in a slot of its own.
-constexpr int kZeroSlot = 64;
-constexpr int kWidths = kZeroSlot + 1;
+// The ULP histogram is kept by bit_width(u - 1) of a nonzero distance u (below 64: fp64 distances saturate at 2^63-1);
+// distance 0 is what the nonzero ones leave of the comparable elements.
+constexpr int kWidths = 64;
 
 // Storage types of the 16-bit dtypes: the raw bits.
 struct F16 {
@@ -151,12 +152,13 @@ __device__ __forceinline__ Vec<T> load8(const T* x, int64_t p, int count, bool a
   return r;
 }
 
-// Unit `u` (0 or 1) of eight loaded elements, chosen at run time without indexing the registers that hold them.
+// Half h (0 or 1) of eight loaded elements, chosen at run time without indexing the registers that hold them.
 template <typename T>
-__device__ __forceinline__ Vec<T, kUnit> unit(const Vec<T>& v, int u) {
-  Vec<T, kUnit> r;
+__device__ __forceinline__ Vec<T, kVec / 2> half(const Vec<T>& v, int h) {
+  constexpr int kWords = Vec<T, kVec / 2>::kWords;
+  Vec<T, kVec / 2> r;
 #pragma unroll
-  for (int k = 0; k < Vec<T, kUnit>::kWords; ++k) r.w[k] = u == 0 ? v.w[k] : v.w[Vec<T, kUnit>::kWords + k];
+  for (int k = 0; k < kWords; ++k) r.w[k] = h == 0 ? v.w[k] : v.w[kWords + k];
   return r;
 }
 
@@ -229,59 +231,78 @@ struct GridSpot {
   __device__ bool holds(const Heatmap& h, int n) const { return col + n <= h.col_bound[kc + 1]; }
 };
 
-// The largest value of the heatmap cell a thread is in, written to the block's cells when it leaves the cell.
-struct CellMax {
-  unsigned long long* cells;
-  int cell = -1;
-  unsigned long long bits = 0;
+// A cheap bound on non-negative doubles, from their high words: key(x) = 2 * hi(x) + 1 for x > 0, 0 for x = 0, where
+// no nonzero x has a high word of 0 (a nonzero error or quotient here is at least ~2^-300; where a side is fp64 the low
+// words are looked at too, see Scanner::finite8). x > m implies key(x) >= bar(m) = 2 * hi(m) + 1; the converse fails
+// only where both share their high word (a relative 2^-20), which the exact check behind the bar then settles.
+__device__ __forceinline__ uint32_t bar_of(double m) { return 2 * static_cast<uint32_t>(__double2hiint(m)) + 1; }
 
-  __device__ void add(int c, double v) {
-    if (c != cell) flush(), cell = c, bits = 0;
-    bits = max(bits, bits_of(v));
-  }
-  // Non-negative doubles order as their bits; a cell only grows, so one already as large needs no atomic.
-  __device__ void flush() {
-    if (cell >= 0 && bits > cells[cell]) atomicMax(&cells[cell], bits);
-  }
-};
+// The largest value of a heatmap cell only grows; the block's copy is read before an atomic is spent on it.
+__device__ __forceinline__ void raise_cell(unsigned long long* cell, double v) {
+  const unsigned long long bits = bits_of(v);
+  if (bits > *cell) atomicMax(cell, bits);
+}
 
-// A thread's totals in registers. The comparable elements are counted by what they are not (RareCounts), those at a
-// nonzero distance in the width histogram; where a maximum sits is an offset into the block's stretch (at most 2^30).
-template <typename TU>
+// A thread's totals in registers. The comparable elements are counted here, those at a nonzero distance in the width
+// histogram; where a maximum sits is an offset into the block's stretch (at most 2^30).
+template <typename TA, typename TE, typename TU>
 struct ThreadTotals {
   using UlpSum = std::conditional_t<sizeof(TU) == 8, double, uint64_t>;  // exact below fp64, as on the CPU
-  uint32_t rel_defined = 0;
+  // |e| of the finite elements' pass, in fp32 where e is no wider (exact: e is an fp32 value).
+  using Expected = std::conditional_t<sizeof(TE) == 8, double, float>;
+  uint32_t comparable = 0, rel_defined = 0;
   UlpSum sum_ulp = 0;
   double sum_abs = 0, sum_rel = 0, sum_aa = 0, sum_ee = 0, sum_dd = 0, sum_ae = 0;
   double max_abs = -1, max_rel = -1, max_abs_expected = 0;
+  Expected max_expected = 0;
   int64_t max_ulp = -1;
   uint32_t max_abs_at = 0, max_rel_at = 0, max_ulp_at = 0;
-  // What an approximate quotient must reach for its exact one to possibly beat max_rel (see Scanner::finite_unit).
-  double rel_bar = -1;
+  // Keys (bar_of) an element's |err| and approximate quotient must reach to possibly beat max_abs and max_rel; 0 while
+  // there is no maximum. The quotient's bar is taken a relative 2^-40 below max_rel (see Scanner::finite8).
+  uint32_t abs_bar = 0, rel_bar = 0;
 
+  __device__ void offer_abs(double x, uint32_t at) {
+    if (x <= max_abs) return;
+    max_abs = x, max_abs_at = at;
+    abs_bar = bar_of(x);
+  }
   __device__ void offer_rel(double rel, uint32_t at) {
     if (rel <= max_rel) return;
     max_rel = rel, max_rel_at = at;
-    rel_bar = rel == 0 ? CUDART_MIN_DENORM : rel * (1 - 0x1p-40);
+    rel_bar = bar_of(rel * (1 - 0x1p-40));
   }
 };
 
-// The distance's slot in the width histogram.
-__device__ __forceinline__ int width_slot(uint64_t u) { return u == 0 ? kZeroSlot : cmp::bit_width(u - 1); }
-__device__ __forceinline__ int width_slot(uint32_t u) {
-  int top;  // the position of the highest set bit of u - 1, -1 where u = 1: bit_width(u - 1) - 1
-  asm("bfind.u32 %0, %1;" : "=r"(top) : "r"(u - 1));
-  return (u == 0 ? kZeroSlot - 1 : top) + 1;
+// The position of the highest set bit, -1 for 0: bit_width(x) - 1.
+__device__ __forceinline__ int top_bit(uint32_t x) {
+  int top;
+  asm("bfind.u32 %0, %1;" : "=r"(top) : "r"(x));
+  return top;
+}
+// 1 << s, and 0 for every s >= 32 (PTX clamps the shift; C++ leaves it undefined).
+__device__ __forceinline__ uint32_t one_at(uint32_t s) {
+  uint32_t r;
+  asm("shl.b32 %0, 1, %1;" : "=r"(r) : "r"(s));
+  return r;
 }
 
-// 1 / y for a normal y, within a few units in the last place: the hardware's approximation refined by two Newton steps,
-// without the branches of a correctly rounded division.
+// The distance's slot in the width histogram: bit_width(u - 1) of a nonzero distance u.
+__device__ __forceinline__ int width_slot(uint64_t u) { return cmp::bit_width(u - 1); }
+
+// 1 / y for a normal y, within a few units in the last place: the hardware's approximation r (relative error e0 under
+// 2^-20) refined once to third order, r * (1 + e0 + e0^2), without the branches of a correctly rounded division.
 __device__ __forceinline__ double reciprocal(double y) {
   double r;
   asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(r) : "d"(y));
-  r = fma(r, fma(-y, r, 1.0), r);
-  return fma(r, fma(-y, r, 1.0), r);
+  const double e0 = fma(-y, r, 1.0);
+  return fma(fma(e0, e0, e0), r, r);
 }
+
+// Nonzero distances up to 32 are counted in registers, five bits per width 0..5 (bit_width(u - 1)) in one word,
+// emptied into per-thread counters every kPackedVectors vectors, before a field could pass 31.
+constexpr int kPackedWidths = 6;
+constexpr uint32_t kPackedLimit = 32;
+constexpr int kPackedVectors = 3;
 
 template <typename TA, typename TE>
 class Scanner {
@@ -293,14 +314,13 @@ class Scanner {
 
   __device__ Scanner(const ScanArgs& args, ScanShared& sh)
       : act_(static_cast<const TA*>(args.actual)), exp_(static_cast<const TE*>(args.expected)),
-        allow_nan_(args.allow_nan), err_(sh.err), width_(sh.width[threadIdx.x / 32]), rare_(sh.rare),
+        allow_nan_(args.allow_nan), err_(sh.err), width_(sh.width[threadIdx.x / 32]), cells_(sh.cells),
+        rare_(sh.rare),
         heat_{sh.row_bound, sh.col_bound, args.grid.cols, static_cast<int>(args.grid.cell_rows),
-              static_cast<int>(args.grid.cell_cols)} {
-    cell_.cells = sh.cells;
-  }
+              static_cast<int>(args.grid.cell_cols)} {}
 
   // The block's stretch [begin, end), a tile at a time. Where the tile starts in the heatmap is the same in every
-  // thread (warp-uniform registers); a unit's place is found from it.
+  // thread (warp-uniform registers); a vector's place is found from it.
   __device__ void scan(int64_t begin, int64_t end, bool aligned) {
     begin_ = begin;
     const int64_t cols = heat_.cols, drow = kTile / cols, dcol = kTile % cols;
@@ -329,10 +349,16 @@ class Scanner {
       if (tile.col >= cols) tile.col -= cols, ++tile.row;
       tile.seek_row(heat_);
     }
-    cell_.flush();
+    if constexpr (kFastPath) {
+      unpack();
+#pragma unroll
+      for (int w = 0; w < kPackedWidths; ++w)
+        if (widths_[w] != 0) atomicAdd(&width_[w], widths_[w]);
+    }
+    t_.max_abs_expected = fmax(t_.max_abs_expected, static_cast<double>(t_.max_expected));
   }
 
-  __device__ const ThreadTotals<TU>& totals() const { return t_; }
+  __device__ const ThreadTotals<TA, TE, TU>& totals() const { return t_; }
   // Where a maximum found at `offset` sits, -1 where there is none.
   __device__ int64_t index(double max, uint32_t offset) const { return max < 0 ? -1 : begin_ + offset; }
 
@@ -351,128 +377,190 @@ class Scanner {
     return s;
   }
 
-  // Eight loaded elements, a unit at a time: a loop the compiler does not unroll, so that it does not interleave the
-  // units' arithmetic (eight at once need ~180 registers).
-  __device__ void scan8(const GridSpot& tile, int offset, int64_t p, int n, const Vec<TA>& a, const Vec<TE>& e) {
-#pragma unroll 1
-    for (int u = 0; u < kVec / kUnit && u * kUnit < n; ++u)
-      scan_unit(tile, offset + u * kUnit, p + u * kUnit, min(n - u * kUnit, kUnit), unit(a, u), unit(e, u));
+  // x's bits in TU, shifted to the top of a 32-bit word.
+  template <typename T>
+  static __device__ uint32_t high_bits(T x) {
+    return static_cast<uint32_t>(bits_in<TU>(x)) << (32 - F::kWidth);
   }
 
-  __device__ void scan_unit(const GridSpot& tile, int offset, int64_t p, int n, const Vec<TA, kUnit>& a,
-                            const Vec<TE, kUnit>& e) {
+  // Eight elements all finite in TU with finite stored values (nearly all of real data) take finite8; any others, and
+  // the tail, go element by element through cmp::classify_bits, the CPU's definition. (finite8's rare branches loop
+  // over the eight unrolled too: a loop that indexes the loaded words at run time puts them in local memory.)
+  __device__ void scan8(const GridSpot& tile, int offset, int64_t p, int n, const Vec<TA>& a, const Vec<TE>& e) {
     if constexpr (kFastPath) {
-      if (n == kUnit) {
-        uint32_t ua[kUnit], ue[kUnit], largest = 0;
-#pragma unroll
-        for (int j = 0; j < kUnit; ++j) {
-          ua[j] = static_cast<uint32_t>(bits_in<TU>(a[j]));
-          ue[j] = static_cast<uint32_t>(bits_in<TU>(e[j]));
-          largest = max(largest, max(ua[j] & uint32_t{F::kMagnitude}, ue[j] & uint32_t{F::kMagnitude}));
-        }
-        if (largest < F::kInfBits) return finite_unit(tile, offset, p, a, e, ua, ue);
-      }
+      if (n == kVec && all_finite(a, e)) return finite8(tile, offset, p, a, e);
     }
-    // Element by element, each read again (from cache): the unit stays in registers only on the path above.
+    // Element by element, each read again (from cache).
     GridSpot at = spot(tile, offset);
 #pragma unroll 1
     for (int j = 0; j < n; ++j) {
       if (j > 0) at.next(heat_);
-      cell_.add(at.cell(heat_), element(p + j, act_[p + j], exp_[p + j]));
+      raise_cell(&cells_[at.cell(heat_)], element(p + j, act_[p + j], exp_[p + j]));
     }
+  }
+
+  // The stored values, through fp32: a sum of magnitudes is finite only where every one is (a sum that overflows
+  // merely sends the vector the exact way). Where a side is stored wider than TU, its values must also be finite in TU.
+  static __device__ bool all_finite(const Vec<TA>& a, const Vec<TE>& e) {
+    float magnitudes = 0;
+    uint32_t largest = 0;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      magnitudes += fabsf(Traits<TA>::to_float(a[j])) + fabsf(Traits<TE>::to_float(e[j]));
+      if constexpr (!std::is_same_v<TA, TU>) largest = max(largest, high_bits(a[j]) & 0x7FFFFFFFu);
+      if constexpr (!std::is_same_v<TE, TU>) largest = max(largest, high_bits(e[j]) & 0x7FFFFFFFu);
+    }
+    return magnitudes < CUDART_INF_F && largest < (uint32_t{F::kInfBits} << (32 - F::kWidth));
   }
 
   static __device__ double error(TA a, TE e) { return fabs(Traits<TA>::value(a) - Traits<TE>::value(e)); }
 
-  // A unit all finite in TU: comparable, with finite stored values. Per element only what every element adds to;
-  // maxima are not tracked per element but flagged: where an element may beat one, the unit is offered again exactly.
-  //
-  // The relative errors' sum takes x * reciprocal(|e|), within 2^-50 of x / |e| (the sums may differ in their last
-  // bits anyway); max_rel takes the correctly rounded x / |e|, as on the CPU. That quotient can exceed max_rel only if
-  // the approximate one reaches rel_bar, a relative 2^-40 below max_rel (and no quotient here is subnormal: x and |e|
-  // come from values finite in TU); quotients by an |e| below 2^-1000, possible where e is fp64, are all exact.
-  __device__ void finite_unit(const GridSpot& tile, int offset, int64_t p, const Vec<TA, kUnit>& a,
-                              const Vec<TE, kUnit>& e, const uint32_t (&ua)[kUnit], const uint32_t (&ue)[kUnit]) {
-    ThreadTotals<TU>& t = t_;
-    uint32_t largest_u = 0, defined = 0;
-    uint64_t sum_u = 0;
-    double largest_err = 0, sum_rel = 0;
-    bool may_beat = false, tiny = false;
+  // The ordered-integer distance of two values finite in TU, from high_bits(): magnitudes subtract on one side of zero
+  // and add across it (+0 and -0 have magnitude 0; two finite magnitudes add below 2^32).
+  static __device__ uint32_t distance(uint32_t ha, uint32_t he) {
+    const uint32_t ma = ha & 0x7FFFFFFFu, me = he & 0x7FFFFFFFu;
+    const uint32_t d = static_cast<int32_t>(ha ^ he) < 0 ? ma + me : static_cast<uint32_t>(abs(static_cast<int32_t>(ma - me)));
+    return d >> (32 - F::kWidth);
+  }
+
+  // What finite8 gathers over its vector besides the thread's sums: the largest distance, the high words of the largest
+  // |err| (and, where a side is fp64, its low words' or) and approximate quotient; the sums of the distances and
+  // quotients, how many quotients are defined, and whether an |e| is below 2^-1000.
+  struct Largest {
+    uint32_t u = 0, x_high = 0, x_low = 0, rel_high = 0, defined = 0;
+    std::conditional_t<F::kWidth <= 16, uint32_t, uint64_t> sum_u = 0;  // eight 16-bit distances fit 32 bits
+    double sum_rel = 0;
+    bool tiny = false;
+  };
+
+  __device__ void finite4(const Vec<TA, kVec / 2>& a, const Vec<TE, kVec / 2>& e, Largest& big) {
+    ThreadTotals<TA, TE, TU>& t = t_;
 #pragma unroll
-    for (int j = 0; j < kUnit; ++j) {
-      const uint32_t u = distance(ua[j], ue[j]);
-      atomicAdd(&width_[width_slot(u)], 1u);
-      largest_u = max(largest_u, u);
-      sum_u += u;
+    for (int j = 0; j < kVec / 2; ++j) {
+      const uint32_t u = distance(high_bits(a[j]), high_bits(e[j]));
+      big.u = max(big.u, u);
+      big.sum_u += u;
+      packed_ += one_at(5 * (top_bit(u - 1) + 1));  // distance 0: shift 160, nothing; above 32: bits 30-31 or nothing
 
       const double av = Traits<TA>::value(a[j]), ev = Traits<TE>::value(e[j]);
       const double diff = av - ev, x = fabs(diff), e_abs = fabs(ev);
-      const bool has_rel = ev != 0;  // where e is 0 the relative error is not defined
-      const double rel = x * reciprocal(has_rel ? e_abs : 1.0);
-      if (has_rel) sum_rel += rel;
-      defined |= uint32_t{has_rel} << j;
-      if constexpr (std::is_same_v<TE, double>) tiny |= has_rel && e_abs < 0x1p-1000;
-      may_beat |= (has_rel && rel >= t.rel_bar) || e_abs > t.max_abs_expected;
       t.sum_abs += x;
-      t.sum_aa += av * av;
-      t.sum_ee += ev * ev;
-      t.sum_dd += diff * diff;
-      t.sum_ae += av * ev;
-      atomicAdd(&err_[cmp::err_bucket(bits_of(x))], 1u);
-      largest_err = x > largest_err ? x : largest_err;  // no NaN here: fmax's care for it costs instructions
-    }
-    t.rel_defined += __popc(defined);
-    t.sum_ulp += sum_u;
-    if (tiny) sum_rel = exact_rel_sum(a, e);
-    t.sum_rel += sum_rel;
-    if (may_beat || tiny || largest_err > t.max_abs || int64_t{largest_u} > t.max_ulp) offer(p, a, e, ua, ue);
+      t.sum_aa = fma(av, av, t.sum_aa);
+      t.sum_ee = fma(ev, ev, t.sum_ee);
+      t.sum_dd = fma(diff, diff, t.sum_dd);
+      t.sum_ae = fma(av, ev, t.sum_ae);
+      const auto x_hi = static_cast<uint32_t>(__double2hiint(x));
+      atomicAdd(&err_[x_hi >> (cmp::kErrShift - 32)], 1u);
+      big.x_high = max(big.x_high, x_hi);
+      // Where a side is fp64, a nonzero error can have a high word of 0 (a subnormal), so its low words count too.
+      if constexpr (sizeof(TA) == 8 || sizeof(TE) == 8) big.x_low |= static_cast<uint32_t>(__double2loint(x));
 
-    GridSpot at = spot(tile, offset);
-    if (at.holds(heat_, kUnit)) return cell_.add(at.cell(heat_), largest_err);
-#pragma unroll
-    for (int j = 0; j < kUnit; ++j) {
-      if (j > 0) at.next(heat_);
-      cell_.add(at.cell(heat_), error(a[j], e[j]));
+      const double rel = x * reciprocal(e_abs);  // NaN where e is 0, and unused there
+      if (ev != 0) {  // where e is 0 the relative error is not defined
+        big.sum_rel += rel;
+        big.rel_high = max(big.rel_high, static_cast<uint32_t>(__double2hiint(rel)));
+        ++big.defined;
+      }
+      if constexpr (std::is_same_v<TE, double>) {
+        big.tiny |= ev != 0 && e_abs < 0x1p-1000;
+        t.max_expected = fmax(t.max_expected, e_abs);
+      } else {
+        t.max_expected = fmaxf(t.max_expected, fabsf(Traits<TE>::to_float(e[j])));
+      }
     }
   }
 
-  // The relative errors' sum of a unit with correctly rounded quotients.
-  static __device__ double exact_rel_sum(const Vec<TA, kUnit>& a, const Vec<TE, kUnit>& e) {
+  // Eight finite elements: comparable, with finite stored values. Per element only what every element adds to, and
+  // straight-line: the sums, the distance's width (in registers up to 32, else in shared memory behind a vote-free
+  // branch on the vector's largest), the |err| bucket; maxima and the heatmap are not tracked per element but by a key
+  // (bar_of) of the vector's largest, and where an element may beat one, the vector is offered again exactly.
+  //
+  // The relative errors' sum takes x * reciprocal(|e|), within 2^-50 of x / |e| (the sums may differ in their last
+  // bits anyway); max_rel takes the correctly rounded x / |e|, as on the CPU. That quotient can exceed max_rel only if
+  // the approximate one reaches a relative 2^-40 below it (and no quotient here is subnormal: x and |e| come from
+  // values finite in TU); quotients by an |e| below 2^-1000, possible where e is fp64, are all exact.
+  __device__ void finite8(const GridSpot& tile, int offset, int64_t p, const Vec<TA>& a, const Vec<TE>& e) {
+    ThreadTotals<TA, TE, TU>& t = t_;
+    Largest big;
+    // A half at a time, in a loop the compiler does not unroll: all eight at once need more registers than there are.
+#pragma unroll 1
+    for (int h = 0; h < 2; ++h) finite4(half(a, h), half(e, h), big);
+    t.comparable += kVec;
+    t.rel_defined += big.defined;
+    t.sum_ulp += big.sum_u;
+    if (big.tiny) big.sum_rel = exact_rel_sum(a, e);
+    t.sum_rel += big.sum_rel;
+    if (big.u > kPackedLimit) count_wide(a, e);
+    if (++packed_vectors_ == kPackedVectors) unpack();
+
+    const uint32_t x_key = big.x_high == 0 && big.x_low == 0 ? 0 : 2 * big.x_high + 1;
+    const uint32_t rel_key = big.rel_high == 0 ? 0 : 2 * big.rel_high + 1;
+    if (big.tiny || x_key >= t.abs_bar || rel_key >= t.rel_bar || int64_t{big.u} > t.max_ulp) offer(p, a, e);
+
+    GridSpot at = spot(tile, offset);
+    if (at.holds(heat_, kVec)) {
+      unsigned long long* const cell = &cells_[at.cell(heat_)];
+      if (x_key >= bar_of(__longlong_as_double(static_cast<long long>(*cell)))) raise_cell(cell, largest_error(a, e));
+      return;
+    }
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      if (j > 0) at.next(heat_);
+      raise_cell(&cells_[at.cell(heat_)], error(a[j], e[j]));
+    }
+  }
+
+  // The packed width counts into the thread's counters.
+  __device__ void unpack() {
+#pragma unroll
+    for (int w = 0; w < kPackedWidths; ++w) widths_[w] += (packed_ >> (5 * w)) & 0x1F;
+    packed_ = 0, packed_vectors_ = 0;
+  }
+
+  // The distances above kPackedLimit of a finite vector, into the warp's width histogram.
+  __device__ void count_wide(const Vec<TA>& a, const Vec<TE>& e) {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      const uint32_t u = distance(high_bits(a[j]), high_bits(e[j]));
+      if (u > kPackedLimit) atomicAdd(&width_[top_bit(u - 1) + 1], 1u);
+    }
+  }
+
+  __device__ double largest_error(const Vec<TA>& a, const Vec<TE>& e) const {
+    double largest = 0;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) largest = fmax(largest, error(a[j], e[j]));
+    return largest;
+  }
+
+  // The relative errors' sum of a vector with correctly rounded quotients.
+  static __device__ double exact_rel_sum(const Vec<TA>& a, const Vec<TE>& e) {
     double sum = 0;
 #pragma unroll
-    for (int j = 0; j < kUnit; ++j) {
+    for (int j = 0; j < kVec; ++j) {
       const double ev = Traits<TE>::value(e[j]);
       if (ev != 0) sum += error(a[j], e[j]) / fabs(ev);
     }
     return sum;
   }
 
-  // Offers each element of a finite unit to the maxima, in order, as element() does.
-  __device__ void offer(int64_t p, const Vec<TA, kUnit>& a, const Vec<TE, kUnit>& e, const uint32_t (&ua)[kUnit],
-                        const uint32_t (&ue)[kUnit]) {
-    ThreadTotals<TU>& t = t_;
+  // Offers each element of a finite vector to the maxima, in order, as element() does.
+  __device__ void offer(int64_t p, const Vec<TA>& a, const Vec<TE>& e) {
+    ThreadTotals<TA, TE, TU>& t = t_;
     const auto at = static_cast<uint32_t>(p - begin_);
 #pragma unroll
-    for (int j = 0; j < kUnit; ++j) {
-      const double ev = Traits<TE>::value(e[j]), x = error(a[j], e[j]), e_abs = fabs(ev);
-      const int64_t u = distance(ua[j], ue[j]);
-      if (x > t.max_abs) t.max_abs = x, t.max_abs_at = at + j;
+    for (int j = 0; j < kVec; ++j) {
+      const double ev = Traits<TE>::value(e[j]), x = error(a[j], e[j]);
+      const int64_t u = distance(high_bits(a[j]), high_bits(e[j]));
+      t.offer_abs(x, at + j);
       if (u > t.max_ulp) t.max_ulp = u, t.max_ulp_at = at + j;
-      if (ev != 0) t.offer_rel(x / e_abs, at + j);
-      t.max_abs_expected = fmax(t.max_abs_expected, e_abs);
+      if (ev != 0) t.offer_rel(x / fabs(ev), at + j);
     }
-  }
-
-  // The ordered-integer distance of two values finite in TU without forming ordered integers: magnitudes subtract on
-  // one side of zero and add across it (+0 and -0 have magnitude 0).
-  static __device__ uint32_t distance(uint32_t ua, uint32_t ue) {
-    const uint32_t ma = ua & uint32_t{F::kMagnitude}, me = ue & uint32_t{F::kMagnitude};
-    return ((ua ^ ue) >> (F::kWidth - 1)) != 0 ? ma + me : (ma > me ? ma - me : me - ma);
   }
 
   // One element, as the CPU path's scalar loop takes it; returns its heatmap value.
   __device__ double element(int64_t i, TA act, TE exp) {
-    ThreadTotals<TU>& t = t_;
+    ThreadTotals<TA, TE, TU>& t = t_;
     const cmp::UlpClass c = cmp::classify_bits<F>(bits_in<TU>(act), bits_in<TU>(exp), allow_nan_);
     const double a = Traits<TA>::value(act), e = Traits<TE>::value(exp);
     const double x = cmp::abs_error(a, e), e_abs = fabs(e);
@@ -487,11 +575,12 @@ class Scanner {
       return c.nan_mismatch || c.inf_mismatch ? CUDART_INF : 0.0;  // a matching NaN is no error
     }
     const auto offset = static_cast<uint32_t>(i - begin_);
+    ++t.comparable;
     t.sum_abs += x;
-    t.sum_ulp += static_cast<typename ThreadTotals<TU>::UlpSum>(c.ulp);
-    if (x > t.max_abs) t.max_abs = x, t.max_abs_at = offset;
+    t.sum_ulp += static_cast<typename ThreadTotals<TA, TE, TU>::UlpSum>(c.ulp);
+    t.offer_abs(x, offset);
     if (static_cast<int64_t>(c.ulp) > t.max_ulp) t.max_ulp = static_cast<int64_t>(c.ulp), t.max_ulp_at = offset;
-    atomicAdd(&width_[width_slot(c.ulp)], 1u);
+    if (c.ulp != 0) atomicAdd(&width_[width_slot(c.ulp)], 1u);
     atomicAdd(&err_[cmp::err_bucket(bits_of(x))], 1u);
     if (fabs(a) < CUDART_INF && e_abs < CUDART_INF) {
       t.sum_aa += a * a;
@@ -513,12 +602,15 @@ class Scanner {
   const bool allow_nan_;
   uint32_t* const err_;
   uint32_t* const width_;
+  unsigned long long* const cells_;
   RareCounts& rare_;
   const Heatmap heat_;
   int64_t begin_ = 0;
-  int kc_ = 0;  // the cell column of the thread's last unit: likely that of the next
-  CellMax cell_;
-  ThreadTotals<TU> t_;
+  int kc_ = 0;  // the cell column of the thread's last vector: likely that of the next
+  uint32_t packed_ = 0;
+  int packed_vectors_ = 0;
+  uint32_t widths_[kPackedWidths] = {};
+  ThreadTotals<TA, TE, TU> t_;
 };
 
 // ---- block reductions in a fixed order: a shuffle tree per warp, then the warps in order ---- ------------------
@@ -576,8 +668,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) compare_scan(const Sca
   __syncthreads();
 
   // Block totals into this block's slot, the histogram and the cells into the global ones.
-  auto th = scanner.totals();
+  const auto& th = scanner.totals();
   cmp::ScanTotals t;
+  t.comparable = block_sum<unsigned long long>(th.comparable, sh);
   t.rel_defined = block_sum<unsigned long long>(th.rel_defined, sh);
   t.sum_ulp = static_cast<double>(block_sum(th.sum_ulp, sh));
   t.sum_abs = block_sum(th.sum_abs, sh);
@@ -610,16 +703,61 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) compare_scan(const Sca
   t.inf_mismatch = sh.rare.inf_mismatch;
   t.nan_expected = sh.rare.nan_expected;
   t.both_nan = sh.rare.both_nan;
-  // Bucket by bucket, so that ulp_hist is indexed by constants and stays out of local memory.
+  // Bucket by bucket, so that ulp_hist is indexed by constants and stays out of local memory; distance 0 takes what
+  // the nonzero widths leave of the comparable elements.
+  int64_t nonzero = 0;  // comparable elements at a nonzero distance
 #pragma unroll
-  for (int b = 0; b < cmp::kUlpBuckets - 1; ++b) {
+  for (int b = 1; b < cmp::kUlpBuckets - 1; ++b) {
     for (int w = 0; w < kWidths; ++w)
-      if ((w == kZeroSlot ? 0 : cmp::ulp_bucket_of_width(w)) == b) t.ulp_hist[b] += sh.width[0][w];
-    t.comparable += t.ulp_hist[b];
+      if (cmp::ulp_bucket_of_width(w) == b) t.ulp_hist[b] += sh.width[0][w];
+    nonzero += t.ulp_hist[b];
   }
-  const int64_t nonzero = t.comparable - t.ulp_hist[0];  // comparable elements at a nonzero distance
+  t.ulp_hist[0] = t.comparable - nonzero;
   t.bitwise_diff = nonzero + sh.rare.differ;
   args.blocks[blockIdx.x] = {t, nonzero + sh.rare.listed};
+}
+
+// ---- the blocks' totals merged -------------------------------------------------------------------------------------
+
+constexpr int kMergeThreads = 128;
+
+// Thread i merges a run of consecutive blocks in order, then the runs pairwise up a tree whose every node joins two
+// neighbouring runs, the earlier on the left: merge_in_order's tie rule (the earlier maximum) stays right, and the
+// sums' order is fixed by the block count alone. Thread 0 then places the first mismatches over the blocks in order.
+__global__ void __launch_bounds__(kMergeThreads) compare_merge(const BlockTotals* blocks, int block_count,
+                                                               int64_t stretch, int64_t numel, int first_n,
+                                                               BlockTotals* total, FirstRange* ranges) {
+  __shared__ cmp::ScanTotals runs[kMergeThreads];
+  __shared__ int64_t run_listed[kMergeThreads];
+  const int i = threadIdx.x;
+  const int per_run = (block_count + kMergeThreads - 1) / kMergeThreads;
+  const int first = std::min(block_count, i * per_run), last = std::min(block_count, first + per_run);
+  cmp::ScanTotals t;
+  int64_t listed = 0;
+  for (int b = first; b < last; ++b) cmp::merge_in_order(t, blocks[b].t), listed += blocks[b].listed;
+  runs[i] = t;
+  run_listed[i] = listed;
+  __syncthreads();
+  for (int step = 1; step < kMergeThreads; step *= 2) {
+    if (i % (2 * step) == 0) cmp::merge_in_order(runs[i], runs[i + step]);
+    __syncthreads();
+  }
+
+  // Where each run's listed elements start in the list, then the ranges of its blocks.
+  __shared__ int64_t run_start[kMergeThreads];
+  if (i == 0) {
+    int64_t start = 0;
+    for (int r = 0; r < kMergeThreads; ++r) run_start[r] = start, start += run_listed[r];
+    *total = {runs[0], start};
+  }
+  __syncthreads();
+  int64_t offset = run_start[i];
+  for (int b = first; b < last; ++b) {
+    const int64_t take = std::max<int64_t>(0, std::min<int64_t>(blocks[b].listed, first_n - offset));
+    const int64_t begin = b * stretch;
+    ranges[b] = {begin, std::min(numel, begin + stretch), take, offset};
+    offset += blocks[b].listed;
+  }
 }
 
 // ---- the first mismatches -----------------------------------------------------------------------------------------
@@ -638,6 +776,7 @@ __global__ void __launch_bounds__(kThreads) compare_first(const FirstArgs args) 
   const auto* act = static_cast<const TA*>(args.actual);
   const auto* exp = static_cast<const TE*>(args.expected);
   const FirstRange r = args.ranges[blockIdx.x];
+  if (r.count == 0) return;
   __shared__ int warp_counts[kWarps];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   for (int64_t base = r.begin, found = 0; base < r.end && found < r.count; base += kTile) {
@@ -744,6 +883,11 @@ void launch_compare_scan(Dtype actual_type, Dtype expected_type, const void* act
       compare_scan<decltype(a), decltype(e)><<<layout.blocks, kThreads, 0, stream>>>(args);
     });
   });
+}
+
+void launch_compare_merge(const BlockTotals* blocks, ScanLayout layout, int64_t numel, int first_n,
+                          BlockTotals* total, FirstRange* ranges, cudaStream_t stream) {
+  compare_merge<<<1, kMergeThreads, 0, stream>>>(blocks, layout.blocks, layout.stretch, numel, first_n, total, ranges);
 }
 
 void launch_compare_first(Dtype actual_type, Dtype expected_type, const void* actual, const void* expected,

@@ -1,13 +1,15 @@
 // compare()'s CUDA path: kernels over raw device pointers and their launchers. No LibTorch here, so the nvcc
-// translation unit stays light; harness/src/compare.cpp allocates, launches and merges.
+// translation unit stays light; harness/src/compare.cpp allocates, launches and copies the results back.
 //
 // One pass: launch_compare_scan reads both tensors once. CUDA block b scans one contiguous stretch of elements and
-// writes its totals (cmp::ScanTotals, per element exactly as the CPU path computes them: harness/cuda/compare_element.hpp),
-// which the host merges in block order, as the CPU merges its chunks: so the counts, maxima and where they first occur
-// are the CPU's, and the floating sums are added in an order of their own but the same one on every run on a device
-// (per-thread sums in index order, fixed butterflies, blocks in order; no floating atomics). The |err| histogram and
-// the heatmap's cells, integer counts and maxima, are added across blocks with integer atomics. The first mismatches
-// come from launch_compare_first, which lists them from the few stretches that hold them.
+// writes its totals (cmp::ScanTotals, per element exactly as the CPU path computes them: harness/cuda/compare_element.hpp);
+// launch_compare_merge merges them on the device in block order, as the CPU merges its chunks: so the counts, maxima
+// and where they first occur are the CPU's, and the floating sums are added in an order of their own but the same one
+// on every run on a device (per-thread sums in index order, fixed butterflies, blocks in a fixed tree; no floating
+// atomics). The |err| histogram and the heatmap's cells, integer counts and maxima, are added across blocks with
+// integer atomics. The merge also places the first mismatches: which stretches hold them and where each one's go in
+// the list; launch_compare_first lists them from those stretches. Nothing crosses to the host but what compare()
+// reports: the merged totals, the histogram, the cells and the listed elements.
 //
 // Every launcher starts exactly one kernel on `stream`, so the caller can check cudaGetLastError after each.
 #pragma once
@@ -44,10 +46,17 @@ void launch_compare_scan(Dtype actual_type, Dtype expected_type, const void* act
 struct FirstRange {
   int64_t begin, end, count, offset;
 };
+
+// The blocks' totals (block_count of them, as launch_compare_scan wrote them) merged in block order into *total
+// (listed: of the whole tensor), and ranges[b], the first mismatches block b holds (count 0 where it holds none of the
+// first first_n listed elements).
+void launch_compare_merge(const BlockTotals* blocks, ScanLayout layout, int64_t numel, int first_n,
+                          BlockTotals* total, FirstRange* ranges, cudaStream_t stream);
 struct Listed {
   int64_t flat;
   double actual, expected;  // the stored values
 };
+// One block per range; a range of count 0 lists nothing.
 void launch_compare_first(Dtype actual_type, Dtype expected_type, const void* actual, const void* expected,
                           bool allow_nan, const FirstRange* ranges, int range_count, Listed* out, cudaStream_t stream);
 

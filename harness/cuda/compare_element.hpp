@@ -145,8 +145,9 @@ struct ScanTotals {
   int64_t ulp_hist[kUlpBuckets] = {};  // the last bucket is filled in at the end, from the mismatch counts
 };
 
-// Adds the totals of a later stretch: floating sums in the order of the calls, and of equal maxima the earlier.
-inline void merge_in_order(ScanTotals& t, const ScanTotals& p) {
+// Adds the totals of a later stretch: floating sums in the order of the calls, and of equal maxima the earlier. The
+// CUDA path merges its blocks' totals with it too, on the device.
+PARITY_HD void merge_in_order(ScanTotals& t, const ScanTotals& p) {
   t.bitwise_diff += p.bitwise_diff;
   t.nan_mismatch += p.nan_mismatch;
   t.inf_mismatch += p.inf_mismatch;

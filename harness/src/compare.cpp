@@ -859,61 +859,61 @@ std::vector<T> objects_at(const at::Tensor& bytes, int64_t offset, int64_t count
   return out;
 }
 
-// The fused comparator (harness/cuda/compare.cu): one pass over both tensors where actual lives, per-block totals merged
-// here in block order (the same merge as the CPU's chunks, so the same maxima and counts; the floating sums are added
-// in another order but in the same one on every run), then the first mismatches from the few blocks that hold them.
+// The object of type T at byte `offset` of a device workspace.
+template <typename T>
+T* placed(uint8_t* base, int64_t offset) {
+  return reinterpret_cast<T*>(base + offset);
+}
+
+// The fused comparator (harness/cuda/compare.cu): one pass over both tensors where actual lives, the blocks' totals
+// merged on the device in block order (the same merge as the CPU's chunks, so the same maxima and counts; the floating
+// sums are added in another order but in the same one on every run), then the first mismatches from the few blocks
+// that hold them. One copy to the host at the end, of what is reported; the only wait is for it.
 Scan scan_on_gpu(const at::Tensor& actual, const at::Tensor& expected, const Grid& g, const CompareOptions& opts,
                  at::ScalarType ulp_type) {
   const c10::cuda::CUDAGuard guard(actual.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const at::Tensor a = actual.contiguous(), e = expected.to(actual.device()).contiguous();
-  const int64_t numel = a.numel(), cells = g.cell_rows * g.cell_cols;
+  const int64_t numel = a.numel(), cells = g.cell_rows * g.cell_cols, first_n = std::max(opts.first_n, 0);
   const cc::ScanLayout layout = cc::scan_layout(numel);
 
-  // One zeroed workspace: the blocks' totals, the |err| histogram, the heatmap's cells (as the bits of their doubles).
-  const int64_t blocks_bytes = layout.blocks * int64_t{sizeof(cc::BlockTotals)};
-  const int64_t hist_bytes = kErrBuckets * int64_t{sizeof(unsigned long long)};
-  const at::Tensor work = at::zeros({blocks_bytes + hist_bytes + cells * 8}, a.options().dtype(at::kByte));
+  // One zeroed workspace. What stays on the device: the blocks' totals and their first-mismatch ranges. What is copied
+  // back, from `reported` on: the merged totals, the |err| histogram, the heatmap's cells (as the bits of their
+  // doubles), the listed elements.
+  const int64_t ranges_at = layout.blocks * int64_t{sizeof(cc::BlockTotals)};
+  const int64_t reported = ranges_at + layout.blocks * int64_t{sizeof(cc::FirstRange)};
+  const int64_t hist_at = reported + int64_t{sizeof(cc::BlockTotals)};
+  const int64_t cells_at = hist_at + kErrBuckets * int64_t{sizeof(uint64_t)};
+  const int64_t listed_at = cells_at + cells * int64_t{sizeof(uint64_t)};
+  const int64_t bytes = listed_at + first_n * int64_t{sizeof(cc::Listed)};
+  const at::Tensor work = at::zeros({bytes}, a.options().dtype(at::kByte));
   uint8_t* const base = work.mutable_data_ptr<uint8_t>();
-  cc::launch_compare_scan(cuda_dtype(a.scalar_type()), cuda_dtype(e.scalar_type()), a.const_data_ptr(),
-                          e.const_data_ptr(), numel, g, opts.allow_nan, layout,
-                          reinterpret_cast<cc::BlockTotals*>(base),
-                          reinterpret_cast<unsigned long long*>(base + blocks_bytes),
-                          reinterpret_cast<unsigned long long*>(base + blocks_bytes + hist_bytes), stream);
+  auto* const blocks = placed<cc::BlockTotals>(base, 0);
+  auto* const ranges = placed<cc::FirstRange>(base, ranges_at);
+  const cc::Dtype actual_type = cuda_dtype(a.scalar_type()), expected_type = cuda_dtype(e.scalar_type());
+  cc::launch_compare_scan(actual_type, expected_type, a.const_data_ptr(), e.const_data_ptr(), numel, g,
+                          opts.allow_nan, layout, blocks, placed<unsigned long long>(base, hist_at),
+                          placed<unsigned long long>(base, cells_at), stream);
   check_launch("compare_scan");
-  const at::Tensor host = work.cpu();
+  cc::launch_compare_merge(blocks, layout, numel, static_cast<int>(first_n),
+                           placed<cc::BlockTotals>(base, reported), ranges, stream);
+  check_launch("compare_merge");
+  if (first_n > 0) {
+    cc::launch_compare_first(actual_type, expected_type, a.const_data_ptr(), e.const_data_ptr(), opts.allow_nan, ranges,
+                             layout.blocks, placed<cc::Listed>(base, listed_at), stream);
+    check_launch("compare_first");
+  }
+  const at::Tensor host = work.narrow(0, reported, bytes - reported).cpu();
 
   Scan s;
-  std::vector<cc::FirstRange> ranges;  // the blocks that hold the first first_n listed elements, in order
-  int64_t listed = 0;
-  const auto blocks = objects_at<cc::BlockTotals>(host, 0, layout.blocks);
-  for (int b = 0; b < layout.blocks; ++b) {
-    cmp::merge_in_order(s.t, blocks[b].t);
-    if (const int64_t take = std::min<int64_t>(blocks[b].listed, opts.first_n - listed); take > 0) {
-      const int64_t begin = b * layout.stretch;
-      ranges.push_back({begin, std::min(numel, begin + layout.stretch), take, listed});
-      listed += take;
-    }
-  }
-  s.abs_pct = histogram_percentiles(objects_at<uint64_t>(host, blocks_bytes, kErrBuckets), s.t.comparable,
+  const auto total = objects_at<cc::BlockTotals>(host, 0, 1).front();
+  s.t = total.t;
+  s.abs_pct = histogram_percentiles(objects_at<uint64_t>(host, hist_at - reported, kErrBuckets), s.t.comparable,
                                     std::max(s.t.max_abs, 0.0));
-  for (const uint64_t bits : objects_at<uint64_t>(host, blocks_bytes + hist_bytes, cells))
+  for (const uint64_t bits : objects_at<uint64_t>(host, cells_at - reported, cells))
     s.grid.push_back(std::bit_cast<double>(bits));
-
-  if (!ranges.empty()) {
-    const at::Tensor ranges_device =
-        at::from_blob(ranges.data(), {static_cast<int64_t>(ranges.size() * sizeof(cc::FirstRange))}, at::kByte)
-            .to(a.device());
-    const at::Tensor out = at::empty({listed * int64_t{sizeof(cc::Listed)}}, a.options().dtype(at::kByte));
-    cc::launch_compare_first(cuda_dtype(a.scalar_type()), cuda_dtype(e.scalar_type()), a.const_data_ptr(),
-                             e.const_data_ptr(), opts.allow_nan,
-                             reinterpret_cast<const cc::FirstRange*>(ranges_device.const_data_ptr()),
-                             static_cast<int>(ranges.size()), reinterpret_cast<cc::Listed*>(out.mutable_data_ptr()),
-                             stream);
-    check_launch("compare_first");
-    for (const cc::Listed& l : objects_at<cc::Listed>(out.cpu(), 0, listed))
-      s.first.push_back(mismatch_at(l.flat, l.actual, l.expected, a.sizes(), ulp_type));
-  }
+  for (const cc::Listed& l : objects_at<cc::Listed>(host, listed_at - reported, std::min(total.listed, first_n)))
+    s.first.push_back(mismatch_at(l.flat, l.actual, l.expected, a.sizes(), ulp_type));
   return s;
 }
 #endif
