@@ -1655,6 +1655,19 @@ void launch_mix_fwd(MixKind kind, Dtype dt, const void* x, const float* fnT, con
 
 namespace {
 
+// The fused forward's launch: `clusters` clusters of kFusedCluster CTAs (a non-portable size: Hopper allows 16).
+struct FusedLaunch {
+  cudaLaunchConfig_t cfg{};
+  cudaLaunchAttribute attr{};
+  FusedLaunch(int clusters, size_t smem, cudaStream_t stream) {
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = kFusedCluster, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
+    cfg.gridDim = dim3(unsigned(clusters * kFusedCluster)), cfg.blockDim = dim3(kFusedThreads);
+    cfg.dynamicSmemBytes = smem, cfg.stream = stream, cfg.attrs = &attr, cfg.numAttrs = 1;
+  }
+  FusedLaunch(const FusedLaunch&) = delete;  // cfg points at attr
+};
+
 template <typename F>
 void with_fused(MixKind kind, int64_t hidden, F&& f) {
   with_kind(kind, [&](auto kind_tag) {
@@ -1682,13 +1695,8 @@ int mix_fused_fwd_clusters(MixKind kind, int64_t hidden) {
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
         cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
       return;
-    cudaLaunchConfig_t cfg{};
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = kFusedCluster, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
-    cfg.gridDim = dim3(kFusedCluster), cfg.blockDim = dim3(kFusedThreads), cfg.dynamicSmemBytes = size_t(smem);
-    cfg.attrs = &attr, cfg.numAttrs = 1;
-    if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) n = 0;
+    const FusedLaunch launch(1, size_t(smem), nullptr);
+    if (cudaOccupancyMaxActiveClusters(&n, kernel, &launch.cfg) != cudaSuccess) n = 0;
   });
   cudaGetLastError();  // a refusal above is an answer (no fused path here), not an error for the next launch
   cache[key] = n;
@@ -1712,14 +1720,9 @@ void launch_mix_fused_fwd(MixKind kind, const void* x, const float* fn, const fl
   const int clusters = int(std::min<int64_t>(tiles, mix_fused_fwd_clusters(kind, hidden)));
   with_fused(kind, hidden, [&](auto kind_tag, auto bpw) {
     using Kind = decltype(kind_tag);
-    cudaLaunchConfig_t cfg{};
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = kFusedCluster, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
-    cfg.gridDim = dim3(unsigned(clusters * kFusedCluster)), cfg.blockDim = dim3(kFusedThreads);
-    cfg.dynamicSmemBytes = mix_fused_smem_bytes<Kind::MP, decltype(bpw)::value>();
-    cfg.stream = stream, cfg.attrs = &attr, cfg.numAttrs = 1;
-    cudaLaunchKernelEx(&cfg, mix_fused_fwd_kernel<Kind, decltype(bpw)::value>, static_cast<const bf16*>(x), fn, fa);
+    const FusedLaunch launch(clusters, mix_fused_smem_bytes<Kind::MP, decltype(bpw)::value>(), stream);
+    cudaLaunchKernelEx(&launch.cfg, mix_fused_fwd_kernel<Kind, decltype(bpw)::value>, static_cast<const bf16*>(x), fn,
+                       fa);
   });
 }
 
