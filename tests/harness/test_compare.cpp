@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include "tests/harness/compare_test_data.hpp"
+
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -14,6 +16,8 @@
 
 namespace parity {
 namespace {
+
+using test::noisy_pair;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -430,22 +434,6 @@ void expect_matches(const Metrics& m, const Reference& r, at::IntArrayRef sizes,
   expect_close(m.cosine, r.cosine, "cosine");
 }
 
-// An expected tensor and an actual one off it by a relative error whose scale changes every 3000 elements (from 1e-2
-// to 1e-9, so that stretches of elements are 0, a few or thousands of ULPs apart), of the same sign, with some exact
-// matches and some zeros.
-std::pair<at::Tensor, at::Tensor> noisy_pair(int64_t n, at::ScalarType actual_type, at::ScalarType expected_type,
-                                             uint64_t seed) {
-  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  const auto fp64 = at::TensorOptions().dtype(at::kDouble);
-  at::Tensor expected = at::normal(0.0, 1.0, {n}, gen, fp64);
-  const at::Tensor scale = at::pow(10.0, -(at::arange(n, fp64).div(3000).floor().remainder(8) + 2));
-  at::Tensor actual = expected * (1 + scale * at::normal(0.0, 1.0, {n}, gen, fp64));
-  const at::Tensor same = at::rand({n}, gen, fp64) < 0.2;
-  actual = at::where(same, expected, actual);
-  const at::Tensor zero = at::rand({n}, gen, fp64) < 0.01;
-  expected = at::where(zero, 0.0, expected), actual = at::where(zero, 0.0, actual);
-  return {actual.to(actual_type), expected.to(expected_type)};
-}
 
 // Every dtype pair, through the vector kernel (bf16 or fp32 ULPs) or not (fp16, fp64), over several chunks and a
 // length that is a multiple of no block size.

@@ -5,6 +5,8 @@
 // ones are compared on the CPU wherever they live.
 #include <gtest/gtest.h>
 
+#include "tests/harness/compare_test_data.hpp"
+
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 
@@ -19,6 +21,12 @@
 
 namespace parity {
 namespace {
+
+// Sign flips too: the GPU's ordered-bit distances across zero, saturation included, must be the CPU's.
+std::pair<at::Tensor, at::Tensor> noisy_pair(int64_t n, at::ScalarType actual_type, at::ScalarType expected_type,
+                                             uint64_t seed) {
+  return test::noisy_pair(n, actual_type, expected_type, seed, true);
+}
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -89,24 +97,6 @@ Metrics expect_gpu_matches_cpu(const at::Tensor& actual, const at::Tensor& expec
   const Metrics gpu = compare(actual.to(at::kCUDA), expected.to(at::kCUDA), opts);
   expect_same_metrics(gpu, cpu);
   return gpu;
-}
-
-// An expected tensor and an actual one off it by a relative error whose scale changes every 3000 elements (from 1e-2
-// to 1e-9: stretches of elements 0, a few or thousands of ULPs apart), with exact matches, zeros on both sides (no
-// relative error there), and sign flips (distances across zero), in fp64 before the casts.
-std::pair<at::Tensor, at::Tensor> noisy_pair(int64_t n, at::ScalarType actual_type, at::ScalarType expected_type,
-                                             uint64_t seed) {
-  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  const auto fp64 = at::TensorOptions().dtype(at::kDouble);
-  at::Tensor expected = at::normal(0.0, 1.0, {n}, gen, fp64);
-  const at::Tensor scale = at::pow(10.0, -(at::arange(n, fp64).div(3000).floor().remainder(8) + 2));
-  at::Tensor actual = expected * (1 + scale * at::normal(0.0, 1.0, {n}, gen, fp64));
-  actual = at::where(at::rand({n}, gen, fp64) < 0.2, expected, actual);
-  const at::Tensor zero = at::rand({n}, gen, fp64) < 0.01;
-  expected = at::where(zero, 0.0, expected);
-  actual = at::where(at::rand({n}, gen, fp64) < 0.5, at::where(zero, 0.0, actual), actual);
-  actual = at::where(at::rand({n}, gen, fp64) < 0.001, -actual, actual);
-  return {actual.to(actual_type), expected.to(expected_type)};
 }
 
 at::Tensor vec(const std::vector<double>& values, at::ScalarType type) {
