@@ -43,7 +43,7 @@ Command add_bisect(CLI::App& app) {
     Dirs dirs;
     std::string case_id, variant, good, bad, build, run, repo = PARITY_SOURCE_DIR;
     std::string path, baseline, candidate;
-    double threshold = VerdictOptions{}.threshold;
+    double threshold = 0;  // by the timing's mode (threshold_for)
     bool cpu_only = false, perf = false;
   };
   auto st = std::make_shared<State>();
@@ -67,9 +67,9 @@ Command add_bisect(CLI::App& app) {
                     "bisect a slowdown: time the case at each step against the good revision's timing; SLOWER is "
                     "bad, AMBIGUOUS skips (with --run: the command writes its results to $PARITY_BISECT_RESULTS)");
   commits->add_option("--path", st->path, "with --perf: judge only this path, e.g. cpu:v1 (default: every variant)");
-  commits->add_option("--threshold", st->threshold, "with --perf: relative gap for a SLOWER verdict")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  commits->add_option("--threshold", st->threshold,
+                      "with --perf: relative gap for a SLOWER verdict (default: 0.05 for GPU timings, 0.25 for CPU)")
+      ->check(CLI::PositiveNumber);
 
   // What each step of a perf bisection calls, in this binary: the verdict logic stays that of the build that
   // bisects, whatever the bisected commits' harness knew.
@@ -79,9 +79,9 @@ Command add_bisect(CLI::App& app) {
   verdict->add_option("--baseline", st->baseline, "results document of the good revision")->required();
   verdict->add_option("--candidate", st->candidate, "results document of the step")->required();
   verdict->add_option("--path", st->path, "judge only this path");
-  verdict->add_option("--threshold", st->threshold, "relative gap for FASTER/SLOWER")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  verdict->add_option("--threshold", st->threshold,
+                      "relative gap for FASTER/SLOWER (default: 0.05 for GPU timings, 0.25 for CPU)")
+      ->check(CLI::PositiveNumber);
 
   return {bisect, [st, stages, verdict] {
             if (*stages) {
@@ -113,9 +113,10 @@ Command add_bisect(CLI::App& app) {
               if (st->perf) o.run += " --perf --json \"$PARITY_BISECT_RESULTS\"";
             }
             if (st->perf)
-              o.judge = fmt::format("{} bisect verdict --threshold {}{}",
+              o.judge = fmt::format("{} bisect verdict{}{}",
                                     shell_quote(std::filesystem::read_symlink("/proc/self/exe").string()),
-                                    st->threshold, st->path.empty() ? "" : " --path " + shell_quote(st->path));
+                                    st->threshold > 0 ? fmt::format(" --threshold {}", st->threshold) : "",
+                                    st->path.empty() ? "" : " --path " + shell_quote(st->path));
             const CommitBisection r = bisect_commits(o);
             std::cout << r.log << "\n";
             if (!r.found) {

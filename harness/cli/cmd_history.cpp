@@ -96,9 +96,10 @@ void check_numerics(const Records& recs, Tally& t) {
 }
 
 // Steps over the medians of the records comparable with the newest; creep: the last level against the first.
-void check_steps(const Records& recs, double threshold, Tally& t) {
+void check_steps(const Records& recs, const VerdictOptions& o, Tally& t) {
   const HistoryRecord& newest = *recs.back();
   if (newest.n == 0) return;
+  const double threshold = threshold_for(o, newest.mode);
   Records series;
   std::vector<double> medians, noise;
   for (const HistoryRecord* r : recs)
@@ -135,7 +136,7 @@ int check(const fs::path& dir, const std::string& case_id, const VerdictOptions&
                              recs.size(), at(newest));
     check_perf(recs, o, t);
     check_numerics(recs, t);
-    check_steps(recs, o.threshold, t);
+    check_steps(recs, o, t);
   }
   std::string verdicts;
   for (Verdict v : {Verdict::slower, Verdict::faster, Verdict::same, Verdict::ambiguous, Verdict::not_comparable})
@@ -165,8 +166,8 @@ Command add_history(CLI::App& app) {
   chk->add_option("--dir", st->dir, "history store directory")->capture_default_str();
   chk->add_option("--case", st->case_id, "only this case id");
   chk->add_option("--threshold", st->verdict.threshold,
-                  "relative gap between the [q1,q3] intervals needed for SLOWER/FASTER; also the creep limit")
-      ->capture_default_str()
+                  "relative gap between the [q1,q3] intervals needed for SLOWER/FASTER; also the creep limit "
+                  "(default: 0.05 for GPU timings, 0.25 for CPU)")
       ->check(CLI::PositiveNumber);
   chk->add_flag("--fail-on-ambiguous", st->fail_on_ambiguous, "exit 1 on an AMBIGUOUS verdict too");
   return {history, [st, add] {

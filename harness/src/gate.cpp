@@ -568,8 +568,8 @@ std::string markdown_summary(const GateReport& g) {
                                 n.no_baseline));
   if (n.faster) notes.push_back(fmt::format("{} paths are FASTER than their baseline", n.faster));
   if (n.not_comparable)
-    notes.push_back(fmt::format("{} timings are NOT-COMPARABLE with their baseline (other device, driver, build or "
-                                "source)",
+    notes.push_back(fmt::format("{} timings are NOT-COMPARABLE with their baseline (other device, driver, build, "
+                                "timing mode, SM clock or host speed; the JSON's perf.reason says which)",
                                 n.not_comparable));
   if (n.numerics_not_comparable)
     notes.push_back(fmt::format("{} paths' numbers were not compared: their baseline was recorded on another device",

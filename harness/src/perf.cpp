@@ -411,6 +411,7 @@ nlohmann::json to_json(const PerfResult& p) {
                        {"n", t.n},
                        {"samples_ms", t.samples_ms},
                        {"sm_clock_mhz", t.sm_clock_mhz},
+                       {"host_probe_us", t.host_probe_us},
                        {"dropped_throttled", t.dropped_throttled},
                        {"stop", t.stop},
                        {"bytes", e.bytes},

@@ -26,7 +26,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr double kThrottledBelow = 0.9;  // of the median clock: a sample taken slower than that is dropped
+constexpr double kThrottledBelow = 0.9;  // of the median clock, or of the fastest probe's speed: slower is dropped
 constexpr int kNoiseMinSamples = 5;      // no noise estimate from fewer samples (nvbench's statistics.cuh)
 constexpr int kStableWindow = 10;        // samples over which a settled noise estimate moves less than...
 constexpr double kStableChange = 0.1;    // ...this fraction of itself
@@ -53,28 +53,52 @@ std::vector<double> known(const std::vector<double>& clocks) {
   return k;
 }
 
+// Which samples the readings say were taken while the machine ran slow: an SM clock below kThrottledBelow of the
+// median clock (a GPU boosts and throttles around its median); a host probe longer than the fastest probe over
+// kThrottledBelow (the fastest is the uncontended host: a slow stretch may cover most of a measurement, and then
+// the median probe is a slow one). Unknown readings (0) condemn nothing.
+std::vector<bool> clock_throttled(const std::vector<double>& clocks_mhz) {
+  std::vector<bool> slow(clocks_mhz.size(), false);
+  if (const std::vector<double> k = known(clocks_mhz); !k.empty()) {
+    const double floor = kThrottledBelow * median(k);
+    for (size_t i = 0; i < clocks_mhz.size(); ++i) slow[i] = clocks_mhz[i] > 0 && clocks_mhz[i] < floor;
+  }
+  return slow;
+}
+
+std::vector<bool> host_ran_slow(const std::vector<double>& probes_us) {
+  std::vector<bool> slow(probes_us.size(), false);
+  if (const std::vector<double> k = known(probes_us); !k.empty()) {
+    const double ceiling = *std::min_element(k.begin(), k.end()) / kThrottledBelow;
+    for (size_t i = 0; i < probes_us.size(); ++i) slow[i] = probes_us[i] > ceiling;
+  }
+  return slow;
+}
+
 }  // namespace
 
-Timing summarize(std::vector<double> samples_ms, const std::string& mode, const std::vector<double>& clocks_mhz) {
-  if (!clocks_mhz.empty() && clocks_mhz.size() != samples_ms.size())
-    throw std::invalid_argument(
-        fmt::format("summarize: {} clocks for {} samples", clocks_mhz.size(), samples_ms.size()));
+Timing summarize(std::vector<double> samples_ms, const std::string& mode, const std::vector<double>& clocks_mhz,
+                 const std::vector<double>& probes_us) {
+  for (const auto& [what, readings] : {std::pair{"clocks", &clocks_mhz}, {"probes", &probes_us}})
+    if (!readings->empty() && readings->size() != samples_ms.size())
+      throw std::invalid_argument(
+          fmt::format("summarize: {} {} for {} samples", readings->size(), what, samples_ms.size()));
   Timing t;
   t.mode = mode;
-  if (const std::vector<double> all = known(clocks_mhz); !all.empty()) {
-    const double floor = kThrottledBelow * median(all);
-    std::vector<double> kept, kept_clocks;
-    for (size_t i = 0; i < samples_ms.size(); ++i) {
-      if (clocks_mhz[i] > 0 && clocks_mhz[i] < floor) {
-        ++t.dropped_throttled;
-        continue;
-      }
-      kept.push_back(samples_ms[i]);
-      kept_clocks.push_back(clocks_mhz[i]);
+  const std::vector<bool> throttled = clock_throttled(clocks_mhz), host_slow = host_ran_slow(probes_us);
+  std::vector<double> kept, kept_clocks, kept_probes;
+  for (size_t i = 0; i < samples_ms.size(); ++i) {
+    if ((!throttled.empty() && throttled[i]) || (!host_slow.empty() && host_slow[i])) {
+      ++t.dropped_throttled;
+      continue;
     }
-    samples_ms = std::move(kept);
-    if (const std::vector<double> k = known(kept_clocks); !k.empty()) t.sm_clock_mhz = median(k);
+    kept.push_back(samples_ms[i]);
+    if (!clocks_mhz.empty()) kept_clocks.push_back(clocks_mhz[i]);
+    if (!probes_us.empty()) kept_probes.push_back(probes_us[i]);
   }
+  samples_ms = std::move(kept);
+  if (const std::vector<double> k = known(kept_clocks); !k.empty()) t.sm_clock_mhz = median(k);
+  if (const std::vector<double> k = known(kept_probes); !k.empty()) t.host_probe_us = median(k);
   t.samples_ms = samples_ms;  // acquisition order: drift and warm-up effects stay visible
   t.n = int(samples_ms.size());
   if (samples_ms.empty()) return t;
@@ -87,25 +111,29 @@ Timing summarize(std::vector<double> samples_ms, const std::string& mode, const 
   return t;
 }
 
-void Sampler::add(double ms, double clock_mhz) {
+void Sampler::add(double ms, double clock_mhz, double probe_us) {
   samples_.push_back(ms);
   clocks_.push_back(clock_mhz);
-  noise_.push_back(size() >= kNoiseMinSamples ? summarize(samples_, "", clocks_).rel_noise
-                                              : std::numeric_limits<double>::quiet_NaN());
+  probes_.push_back(probe_us);
+  const Timing t = summarize(samples_, "", clocks_, probes_);
+  kept_ = t.n;
+  noise_.push_back(kept_ >= kNoiseMinSamples ? t.rel_noise : std::numeric_limits<double>::quiet_NaN());
 }
 
+// Counts kept samples: a sample dropped as taken while the machine ran slow is no evidence.
 std::string Sampler::stop(double elapsed_s) const {
-  const int n = size();
-  if (n >= std::max(o_.min_samples, kNoiseMinSamples)) {
+  if (kept_ >= std::max(o_.min_samples, kNoiseMinSamples)) {
     const double noise = noise_.back();
     if (noise < o_.target_rel_noise) return "noise";
-    if (n >= kNoiseMinSamples + kStableWindow - 1) {
-      const auto [lo, hi] = std::minmax_element(noise_.end() - kStableWindow, noise_.end());
-      if (*hi - *lo <= kStableChange * noise) return "stable";
+    if (noise_.size() >= size_t(kStableWindow)) {
+      const std::vector<double> window(noise_.end() - kStableWindow, noise_.end());
+      const bool all_known = std::none_of(window.begin(), window.end(), [](double x) { return std::isnan(x); });
+      const auto [lo, hi] = std::minmax_element(window.begin(), window.end());
+      if (all_known && *hi - *lo <= kStableChange * noise) return "stable";
     }
   }
-  if (n >= o_.max_samples) return "max_samples";
-  if (n >= 1 && elapsed_s >= o_.time_cap_s) return "time_cap";
+  if (size() >= o_.max_samples) return "max_samples";
+  if (size() >= 1 && elapsed_s >= o_.time_cap_s) return "time_cap";
   return "";
 }
 
@@ -192,13 +220,46 @@ Timing sample_until_done(Sampler& s, const std::string& mode, Clock::time_point 
   }
 }
 
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// The host's speed right after each CPU sample: a fixed piece of single-core work that reads two 256 KiB buffers
+// and writes a third (a cache-resident multiply-add stream, the shape of a memory-bound kernel), ~8 us on a
+// current core. One untimed pass first, so that the region's own footprint does not enter it; the fastest of three
+// timed passes, so that an interrupt during one does not either. What slows it slows such kernels alike: a
+// neighbour on the shared host contending for the core's caches, a frequency change, time stolen by the
+// hypervisor. On a 2-core CI-class VM the hc_post cpu:v1 forward timed 0.25 ms or 0.42 ms per call in alternate
+// stretches of one process, with no page fault, no other thread and thread CPU time equal to wall time; a probe
+// of this shape took 1.6-1.9x longer in the slow stretches, while a pure multiply-add chain did not move. Samples
+// taken while the host ran slow are dropped like throttled GPU samples, and two records whose probes are more than
+// kHostProbeApart apart are not compared (history.cpp's incomparability).
+double host_probe_us() {
+  constexpr size_t kFloats = size_t{1} << 16;
+  static std::vector<float> a(kFloats, 1.0f), b(kFloats, 0.5f), c(kFloats);
+  static volatile float sink = 0;
+  const auto pass = [] {
+    for (size_t i = 0; i < kFloats; ++i) c[i] = a[i] * 0.999f + b[i];
+    sink = sink + c[kFloats - 1];
+  };
+  pass();  // untimed: brings the buffers back after the region's own data displaced them
+  double best = std::numeric_limits<double>::infinity();
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto start = Clock::now();
+    pass();
+    best = std::min(best, ms_since(start));
+  }
+  return 1e3 * best;
+}
+
 Timing time_cpu(const std::function<void()>& fn, const TimingOptions& o, Clock::time_point t0) {
   for (int i = 0; i < o.warmup; ++i) fn();
   Sampler sampler(o);
   return sample_until_done(sampler, "cpu", t0, [&](Sampler& s) {
     const auto start = Clock::now();
     fn();
-    s.add(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+    const double ms = ms_since(start);
+    s.add(ms, 0, host_probe_us());
   });
 }
 

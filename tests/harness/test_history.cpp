@@ -116,12 +116,16 @@ TEST(ComparePerf, FewSamplesAreAmbiguousWithANextStep) {
   EXPECT_NE(v.next.find("--time-cap"), std::string::npos) << v.next;
 }
 
-TEST(ComparePerf, ThrottledSamplesAreAmbiguous) {
+TEST(ComparePerf, MostlyThrottledSamplesAreAmbiguous) {
   std::mt19937_64 rng(5);
+  const HistoryRecord base = timed(draw(rng, 1.0, 30));
   HistoryRecord cand = timed(draw(rng, 2.0, 30));
-  cand.dropped_throttled = 4;  // 4 of 34 > 10%
-  const PerfVerdict v = compare_perf(timed(draw(rng, 1.0, 30)), cand);
+  cand.dropped_throttled = 30;  // as many dropped as kept: the 30 kept decide
+  EXPECT_EQ(compare_perf(base, cand).verdict, Verdict::slower);
+  cand.dropped_throttled = 31;  // more than half
+  const PerfVerdict v = compare_perf(base, cand);
   EXPECT_EQ(v.verdict, Verdict::ambiguous);
+  EXPECT_NE(v.reason.find("candidate dropped 31 of 61 samples"), std::string::npos) << v.reason;
   EXPECT_NE(v.next.find("throttling"), std::string::npos) << v.next;
 }
 
@@ -131,9 +135,24 @@ TEST(ComparePerf, NoisyOverlapIsAmbiguous) {
     base.push_back(0.6 + 0.04 * i);
     cand.push_back(0.7 + 0.04 * i);
   }
-  const PerfVerdict v = compare_perf(timed(base), timed(cand));
+  const PerfVerdict v = compare_perf(timed(base), timed(cand), {.threshold = 0.05});
   EXPECT_EQ(v.verdict, Verdict::ambiguous);
   EXPECT_NE(v.reason.find("too noisy"), std::string::npos) << v.reason;
+}
+
+// The same 15% slowdown: SLOWER on the GPU, AMBIGUOUS on the CPU (inside what A/A runs there can show), SLOWER on
+// the CPU under an explicit --threshold.
+TEST(ComparePerf, DefaultThresholdFollowsTheTimingMode) {
+  std::mt19937_64 rng(19);
+  HistoryRecord base = timed(draw(rng, 1.0, 30)), cand = timed(draw(rng, 1.15, 30));
+  const PerfVerdict cpu = compare_perf(base, cand);
+  EXPECT_EQ(cpu.verdict, Verdict::ambiguous) << cpu.reason;
+  EXPECT_NE(cpu.reason.find("(<= 25.0%)"), std::string::npos) << cpu.reason;
+  EXPECT_EQ(compare_perf(base, cand, {.threshold = 0.05}).verdict, Verdict::slower);
+  base.mode = cand.mode = "cold";
+  const PerfVerdict gpu = compare_perf(base, cand);
+  EXPECT_EQ(gpu.verdict, Verdict::slower) << gpu.reason;
+  EXPECT_NE(gpu.reason.find("(> 5.0%)"), std::string::npos) << gpu.reason;
 }
 
 TEST(ComparePerf, ChangedSetupIsNotComparable) {
@@ -155,6 +174,22 @@ TEST(ComparePerf, ChangedSetupIsNotComparable) {
   EXPECT_NE(v.reason.find("SM clocks 1980 -> 1700 MHz"), std::string::npos) << v.reason;
   cand.sm_clock_mhz = 1950;  // 1.5% apart
   EXPECT_NE(compare_perf(clocked, cand).verdict, Verdict::not_comparable);
+
+  // The CPU's counterpart: a host probe 1.5x slower under the candidate may be the whole of a 2x kernel slowdown.
+  cand = timed(draw(rng, 2.0, 30));
+  HistoryRecord probed = base;
+  probed.host_probe_us = 20.0;
+  cand.host_probe_us = 30.0;
+  v = compare_perf(probed, cand);
+  EXPECT_EQ(v.verdict, Verdict::not_comparable);
+  EXPECT_NE(v.reason.find("host probe 20.0 -> 30.0 us (more than x1.3 apart)"), std::string::npos) << v.reason;
+  EXPECT_NE(v.next.find("quiet"), std::string::npos) << v.next;
+  cand.host_probe_us = 15.0;  // faster counts alike
+  EXPECT_EQ(compare_perf(probed, cand).verdict, Verdict::not_comparable);
+  cand.host_probe_us = 24.0;  // x1.2: within what buffer placement alone moves it; the 2x is judged
+  EXPECT_EQ(compare_perf(probed, cand).verdict, Verdict::slower);
+  cand.host_probe_us = 0;  // a record from before the probe: nothing to check
+  EXPECT_EQ(compare_perf(probed, cand).verdict, Verdict::slower);
 }
 
 // A kernel edit is what the history must judge: a changed source hash only attributes the change.
@@ -206,6 +241,7 @@ TEST_F(HistoryDir, JsonlRoundTrip) {
   a.source_hash = std::string(64, 'f');
   a.date = "2026-09-01T00:00:00Z";
   a.sm_clock_mhz = 1980;
+  a.host_probe_us = 19.5;
   a.dropped_throttled = 1;
   a.numerics["out vs ref:fp64"] = {3, std::nan(""), 1e-5};
   HistoryRecord b;  // numerics only, another op
@@ -226,6 +262,7 @@ TEST_F(HistoryDir, JsonlRoundTrip) {
   EXPECT_EQ(r.mode, "cpu");
   EXPECT_EQ(r.median_ms, a.median_ms);
   EXPECT_EQ(r.dropped_throttled, 1);
+  EXPECT_EQ(r.host_probe_us, 19.5);
   EXPECT_TRUE(std::isnan(r.numerics.at("out vs ref:fp64").max_abs));
   EXPECT_EQ(loaded[2].n, 0);
   EXPECT_EQ(loaded[2].numerics.at("out vs golden").max_ulp, 0);

@@ -1,7 +1,9 @@
 // The comparator on real measurements (harness-practice.md s9.2: measure the comparator itself): the timer
 // (timing.hpp) and the verdicts (history.hpp) together, on the real cpu:v1 forward of a seeded hc_post case.
-// An A/A test must find no change between repeated measurements of the same code; the planted 2x slowdown
-// (planted:slow runs cpu:v1 twice) must come out SLOWER.
+// An A/A test must find no change between repeated measurements of the same code (SAME, AMBIGUOUS, or
+// NOT-COMPARABLE where the host probe says the machine itself changed speed in between: on a 2-core VM the same
+// code runs 1.7x slower for stretches of a second); the planted 2x slowdown (planted:slow runs cpu:v1 twice) must
+// come out SLOWER.
 #include "references/hc.hpp"
 
 #include <parity/history.hpp>
@@ -71,19 +73,22 @@ TEST_F(SelfCheck, RepeatedMeasurementsOfTheSameCodeAreNeverSlowerOrFaster) {
       const PerfVerdict v = compare_perf(runs[i], runs[j]);
       EXPECT_TRUE(v.verdict != Verdict::slower && v.verdict != Verdict::faster)
           << "measurements " << i << " and " << j << ": " << verdict_name(v.verdict) << " x" << v.ratio << ", "
-          << v.reason;
+          << v.reason << "; medians " << runs[i].median_ms << " / " << runs[j].median_ms << " ms, host probes "
+          << runs[i].host_probe_us << " / " << runs[j].host_probe_us << " us";
     }
   }
 }
 
-// A burst of load from another process during one measurement can blur the gap into AMBIGUOUS, whose next step
-// is to measure again: up to three pairs, and none may ever say SAME or FASTER.
+// A burst of load from another process during one measurement can blur the gap into AMBIGUOUS, and a stretch
+// of a slow host under one of the two makes them NOT-COMPARABLE (their host probes differ); the next step of both
+// is to measure again: up to five pairs, and none may ever say SAME or FASTER.
 TEST_F(SelfCheck, PlantedSlowVariantIsSlower) {
   PerfVerdict v;
-  for (int attempt = 0; attempt < 3 && v.verdict != Verdict::slower; ++attempt) {
+  for (int attempt = 0; attempt < 5 && v.verdict != Verdict::slower; ++attempt) {
     const HistoryRecord base = measure("cpu:v1"), slow = measure("planted:slow");
     v = compare_perf(base, slow);
-    ASSERT_TRUE(v.verdict == Verdict::slower || v.verdict == Verdict::ambiguous)
+    ASSERT_TRUE(v.verdict == Verdict::slower || v.verdict == Verdict::ambiguous ||
+                v.verdict == Verdict::not_comparable)
         << "attempt " << attempt << ": " << verdict_name(v.verdict) << " x" << v.ratio << ", " << v.reason;
   }
   EXPECT_EQ(verdict_name(v.verdict), "SLOWER") << "x" << v.ratio << ", " << v.reason;

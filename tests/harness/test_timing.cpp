@@ -46,6 +46,21 @@ TEST(Summarize, DropsSamplesTakenWhileThrottled) {
   EXPECT_DOUBLE_EQ(t.sm_clock_mhz, 1980);
 }
 
+TEST(Summarize, DropsSamplesTakenWhileTheHostRanSlow) {
+  // Fastest probe 20 us: 22.2 is within 20 / 0.9 = 22.22 and kept; 30 is beyond it, dropped with its sample.
+  const Timing t = summarize({1, 1.1, 1, 1.2, 1.9}, "cpu", {}, {20, 20.5, 22.2, 20.5, 30});
+  EXPECT_EQ(t.dropped_throttled, 1);
+  EXPECT_EQ(t.samples_ms, (std::vector<double>{1, 1.1, 1, 1.2}));
+  EXPECT_DOUBLE_EQ(t.host_probe_us, 20.5);
+  EXPECT_EQ(t.sm_clock_mhz, 0);
+  EXPECT_THROW(summarize({1, 2}, "cpu", {}, {20}), std::invalid_argument);
+
+  // A slow stretch over most of the measurement: its samples go, however many they are.
+  const Timing mostly_slow = summarize({1, 1.7, 1.7, 1.7, 1.0}, "cpu", {}, {20, 34, 35, 34, 20.1});
+  EXPECT_EQ(mostly_slow.dropped_throttled, 3);
+  EXPECT_EQ(mostly_slow.samples_ms, (std::vector<double>{1, 1.0}));
+}
+
 TEST(Summarize, UnknownClocksDropNothing) {
   const Timing t = summarize({1, 2, 3}, "cold", {0, 0, 0});
   EXPECT_EQ(t.dropped_throttled, 0);
@@ -71,6 +86,19 @@ TEST(Sampler, QuietSamplesStopAtMinSamples) {
   }
   s.add(1.0);
   EXPECT_EQ(s.stop(0), "noise");
+}
+
+TEST(Sampler, MinSamplesCountsOnlyKeptSamples) {
+  Sampler s(options(10, 300, 0.01, 100));
+  s.add(1.0, 0, 60.0);  // taken while the host ran 3x slow: dropped
+  for (int i = 0; i < 9; ++i) {
+    s.add(1.0, 0, 20.0);
+    EXPECT_EQ(s.stop(0), "") << "after " << i + 1 << " kept samples";
+  }
+  s.add(1.0, 0, 20.0);
+  EXPECT_EQ(s.stop(0), "noise");
+  EXPECT_EQ(s.result("cpu").n, 10);
+  EXPECT_EQ(s.result("cpu").dropped_throttled, 1);
 }
 
 TEST(Sampler, StopsOnceTheNoiseEstimateSettles) {
@@ -122,6 +150,7 @@ TEST(CpuTimer, TwiceTheWorkMeasuresTwiceTheTime) {
   const Timing one = time_region(busy(1), at::kCPU, o), two = time_region(busy(2), at::kCPU, o);
   EXPECT_EQ(one.mode, "cpu");
   EXPECT_GE(one.n, 15);
+  EXPECT_GT(one.host_probe_us, 0);  // the host's speed is part of every CPU timing
   const double ratio = two.median_ms / one.median_ms;
   EXPECT_NEAR(ratio, 2.0, 0.4) << one.median_ms << " ms vs " << two.median_ms << " ms";
 }

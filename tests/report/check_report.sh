@@ -24,11 +24,12 @@ rc=0
 [ -s "$work/smoke.json" ] || { cat "$work/run.log"; fail "parity run --suite smoke (exit $rc) wrote no results"; }
 [ "$rc" = 0 ] || echo "note: parity run --suite smoke exited $rc; reporting its results anyway"
 
-# Twelve records of one timed path of a smoke case, the last four 25% slower: a step and a SLOWER verdict; their
-# numerics (max_ulp 1, max_abs 1e-7 on out) are below the fp32 run's, so the run shows as a numeric regression.
+# Twelve records of one timed path of a smoke case, the last four 50% slower (beyond the CPU threshold, 25%): a
+# step and a SLOWER verdict; their numerics (max_ulp 1, max_abs 1e-7 on out) are below the fp32 run's, so the run
+# shows as a numeric regression.
 awk 'BEGIN {
   for (i = 0; i < 12; ++i) {
-    m = i < 8 ? 0.100 : 0.125
+    m = i < 8 ? 0.100 : 0.150
     samples = ""
     for (k = 0; k < 16; ++k) samples = samples (k ? "," : "") sprintf("%.6f", m * (1 + 0.002 * (k % 5 - 2)))
     printf "{\"schema\":\"parity.history/1\",\"case\":\"hc_post/hf_tiny_fp32\",\"path\":\"cpu:v1\","

@@ -4,7 +4,7 @@
 // JSON (inside a case of the results document, key "perf"):
 //   { "ceilings": {device, driver, copy_gbps, bf16_tflops, fp32_tflops, measured, method}, "upstream": {...},
 //     "entries": [ {path, direction, mode, median_ms, min_ms, q1_ms, q3_ms, rel_noise, n, samples_ms: [...],
-//                   sm_clock_mhz, dropped_throttled, stop, bytes, flops_fp32, flops_tensor, achieved_gbps,
+//                   sm_clock_mhz, host_probe_us, dropped_throttled, stop, bytes, flops_fp32, flops_tensor, achieved_gbps,
 //                   achieved_tflops, pct_copy_bw, pct_flops, speedup_vs_eager, peak_extra_bytes, error} ] }
 //
 // Every path of a case is timed on one device, the one run_case works on (the GPU unless --cpu or none is
@@ -31,7 +31,8 @@ struct Timing {
   double rel_noise = 0;  // (q3 - q1) / median
   int n = 0;
   double sm_clock_mhz = 0;    // median SM clock over kept samples (0 when not readable)
-  int dropped_throttled = 0;  // samples taken below 90% of the median clock, discarded
+  double host_probe_us = 0;   // CPU: median host probe over kept samples (timing.cpp; 0 on a GPU)
+  int dropped_throttled = 0;  // samples taken while the GPU clock or the host probe said the machine ran slow
   std::string stop;           // why sampling stopped: "noise", "stable", "max_samples", "time_cap"
 };
 

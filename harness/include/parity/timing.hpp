@@ -4,7 +4,8 @@
 // short enough that launch overhead matters); in hot and graph mode a spin kernel holds the GPU while the host
 // enqueues a batch, so launch latency stays outside the events (nvbench's blocking kernel); adaptive sample count (at least min_samples; stop when the
 // relative noise is under target_rel_noise, or the noise estimate has stopped changing, or time_cap_s is spent);
-// the SM clock read per sample where the driver reports it, samples taken while throttled dropped.
+// the SM clock read per sample where the driver reports it, samples taken while throttled dropped; on the CPU a
+// fixed probe timed after each sample plays the clock's part (samples taken while the host ran slow dropped).
 //
 // GPU regions must do their work on the current stream (ATen ops and Parity's launchers do). An autograd
 // backward runs on the stream its forward ran on: build the graph under the stream the region is timed on.
@@ -35,25 +36,30 @@ struct TimingOptions {
 // Throws InputError for an unknown mode or a CUDA device when none is usable.
 Timing time_region(const std::function<void()>& fn, at::Device device, const TimingOptions& o = {});
 
-// Median, quartiles and noise of raw samples (shared by GPU and CPU timers and by tests). With clocks (one per
-// sample, MHz; 0 = unknown), samples taken below 90% of the median clock are dropped and counted.
-Timing summarize(std::vector<double> samples_ms, const std::string& mode, const std::vector<double>& clocks_mhz = {});
+// Median, quartiles and noise of raw samples (shared by GPU and CPU timers and by tests). Readings of how fast the
+// machine ran, one per sample where given (0 = unknown): with SM clocks (MHz), samples taken below 90% of the
+// median clock are dropped; with host probes (us), samples whose probe took longer than the fastest probe / 0.9.
+// Both count in dropped_throttled.
+Timing summarize(std::vector<double> samples_ms, const std::string& mode, const std::vector<double>& clocks_mhz = {},
+                 const std::vector<double>& probes_us = {});
 
 // The adaptive stopping rule, fed one sample at a time (both timers use it; exposed for tests).
 class Sampler {
  public:
   explicit Sampler(TimingOptions o) : o_(std::move(o)) {}
-  void add(double ms, double clock_mhz = 0);
+  void add(double ms, double clock_mhz = 0, double probe_us = 0);
   // Empty while sampling should go on, else why it stops: "noise" ((q3-q1)/median under target),
   // "stable" (the noise estimate moved less than 10% over the last 10 samples), "max_samples", "time_cap".
+  // min_samples counts the samples kept (not dropped as taken while the machine ran slow); max_samples all taken.
   std::string stop(double elapsed_s) const;
-  int size() const { return int(samples_.size()); }
-  Timing result(const std::string& mode) const { return summarize(samples_, mode, clocks_); }
+  int size() const { return int(samples_.size()); }  // samples taken
+  Timing result(const std::string& mode) const { return summarize(samples_, mode, clocks_, probes_); }
 
  private:
   TimingOptions o_;
-  std::vector<double> samples_, clocks_;
-  std::vector<double> noise_;  // the noise estimate after each sample (from the 5th on; NaN before)
+  std::vector<double> samples_, clocks_, probes_;
+  std::vector<double> noise_;  // the noise estimate after each sample (from the 5th kept on; NaN before)
+  int kept_ = 0;
 };
 
 // NVML, loaded at run time (no link dependency): the SM clock of a CUDA device (by PCI bus id, so device
