@@ -436,10 +436,18 @@ double mann_whitney_p(const std::vector<double>& a, const std::vector<double>& b
   return std::clamp(std::erfc(z / std::sqrt(2.0)), 0.0, 1.0);
 }
 
-std::string incomparability(const HistoryRecord& b, const HistoryRecord& c) {
+namespace {
+
+// What was measured on: device, driver, build type, timing mode.
+std::string setup_change(const HistoryRecord& b, const HistoryRecord& c) {
   for (auto [what, x, y] : {std::tuple{"device", &b.device, &c.device}, {"driver", &b.driver, &c.driver},
                             {"build type", &b.build_type, &c.build_type}, {"timing mode", &b.mode, &c.mode}})
     if (*x != *y) return fmt::format("{} changed: '{}' -> '{}'", what, *x, *y);
+  return "";
+}
+
+// How fast the machine ran while it was measured: the median SM clock, the median host probe.
+std::string speed_change(const HistoryRecord& b, const HistoryRecord& c) {
   if (b.sm_clock_mhz > 0 && c.sm_clock_mhz > 0 &&
       std::abs(c.sm_clock_mhz - b.sm_clock_mhz) > 0.05 * std::max(b.sm_clock_mhz, c.sm_clock_mhz))
     return fmt::format("SM clocks {:.0f} -> {:.0f} MHz (more than 5% apart)", b.sm_clock_mhz, c.sm_clock_mhz);
@@ -453,6 +461,13 @@ std::string incomparability(const HistoryRecord& b, const HistoryRecord& c) {
   return "";
 }
 
+}  // namespace
+
+std::string incomparability(const HistoryRecord& b, const HistoryRecord& c) {
+  const std::string setup = setup_change(b, c);
+  return setup.empty() ? speed_change(b, c) : setup;
+}
+
 double threshold_for(const VerdictOptions& o, const std::string& mode) {
   if (o.threshold > 0) return o.threshold;
   return mode == "cpu" ? kCpuThreshold : kGpuThreshold;
@@ -462,19 +477,26 @@ PerfVerdict compare_perf(const HistoryRecord& b, const HistoryRecord& c, const V
   PerfVerdict v;
   v.ratio = b.median_ms > 0 ? c.median_ms / b.median_ms : 0;
   v.p_value = mann_whitney_p(b.samples_ms, c.samples_ms);
-  if (const std::string why = incomparability(b, c); !why.empty()) {
+  // A setup change first; then too little evidence, since the clock or probe median of a handful of samples says
+  // nothing; then the machine's speed.
+  if (const std::string why = setup_change(b, c); !why.empty()) {
     v.verdict = Verdict::not_comparable;
     v.reason = why;
-    v.next = why.starts_with("SM clocks")     ? "pin clocks (nvidia-smi -lgc) and check throttling, then re-measure"
-             : why.starts_with("host probe") ? "re-measure both when the machine is quiet (other jobs, frequency "
-                                               "scaling, a shared VM host)"
-                                             : fmt::format("re-measure the baseline (commit {}) on this setup, or compare against a record of it",
-                               b.commit.empty() ? "?" : b.commit);
+    v.next = fmt::format("re-measure the baseline (commit {}) on this setup, or compare against a record of it",
+                         b.commit.empty() ? "?" : b.commit);
     return v;
   }
   if (const auto weak = weak_evidence(b, c, o)) {
     v.reason = weak->reason;
     v.next = weak->next;
+    return v;
+  }
+  if (const std::string why = speed_change(b, c); !why.empty()) {
+    v.verdict = Verdict::not_comparable;
+    v.reason = why;
+    v.next = why.starts_with("SM clocks") ? "pin clocks (nvidia-smi -lgc) and check throttling, then re-measure"
+                                          : "re-measure both when the machine is quiet (other jobs, frequency "
+                                            "scaling, a shared VM host)";
     return v;
   }
   const double threshold = threshold_for(o, c.mode);

@@ -59,9 +59,15 @@ sed -n '/^first bad commit:/,$p' <<<"$out" | grep -q "planted:slow fwd: SLOWER x
 [ "$(git worktree list | wc -l)" = 1 ] || fail "a worktree was left behind"
 [ -z "$(git for-each-ref refs/bisect)" ] || fail "bisect refs left behind"
 
-# Ends that contradict the search are refused: a --bad that is not slower than --good.
-out=$(PARITY=$parity "$parity" bisect commits --repo "$repo" --good HEAD~7 --bad HEAD~5 --perf \
-  --build 'test ! -f broken' --run 'bash run.sh' 2>&1)
-[ $? = 2 ] && grep -qF "the bad revision HEAD~5 is not bad (it passes)" <<<"$out" || fail "an unslowed --bad was bisected"
+# Ends that contradict the search are refused: a --bad that is not slower than --good. A noisy stretch can leave
+# that end undecidable (AMBIGUOUS) instead: measured again, at most three times, as above.
+for attempt in 1 2 3; do
+  out=$(PARITY=$parity "$parity" bisect commits --repo "$repo" --good HEAD~7 --bad HEAD~5 --perf \
+    --build 'test ! -f broken' --run 'bash run.sh' 2>&1)
+  rc=$?
+  [ "$rc" = 2 ] && grep -qF "the bad revision HEAD~5 is not bad (undecidable" <<<"$out" || break
+  echo "attempt $attempt: the unslowed end was undecidable; again"
+done
+[ "$rc" = 2 ] && grep -qF "the bad revision HEAD~5 is not bad (it passes)" <<<"$out" || fail "an unslowed --bad was bisected"
 printf "%s\n" "$main_out"
 echo "ok: named $first_bad with its numbers, repository unchanged"

@@ -188,6 +188,11 @@ TEST(ComparePerf, ChangedSetupIsNotComparable) {
   EXPECT_EQ(compare_perf(probed, cand).verdict, Verdict::not_comparable);
   cand.host_probe_us = 24.0;  // x1.2: within what buffer placement alone moves it; the 2x is judged
   EXPECT_EQ(compare_perf(probed, cand).verdict, Verdict::slower);
+  cand = timed(draw(rng, 2.0, 3));  // one probe reading of three samples says nothing: too few samples first
+  cand.host_probe_us = 30.0;
+  EXPECT_EQ(compare_perf(probed, cand).verdict, Verdict::ambiguous);
+  EXPECT_NE(compare_perf(probed, cand).reason.find("candidate has 3 samples"), std::string::npos);
+  cand = timed(draw(rng, 2.0, 30));
   cand.host_probe_us = 0;  // a record from before the probe: nothing to check
   EXPECT_EQ(compare_perf(probed, cand).verdict, Verdict::slower);
 }

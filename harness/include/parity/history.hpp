@@ -90,9 +90,10 @@ constexpr double kHostProbeApart = 1.3;
 std::string incomparability(const HistoryRecord& baseline, const HistoryRecord& candidate);
 
 // Starts at AMBIGUOUS and upgrades only on evidence (nvbench-robust), in this order:
-//   NOT-COMPARABLE  incomparability() says why
+//   NOT-COMPARABLE  device, driver, build type or timing mode changed
 //   AMBIGUOUS       either side under min_samples kept, or more than half of its samples dropped as taken while
 //                   the machine ran slow (GPU clock throttled, host probe slow)
+//   NOT-COMPARABLE  SM clocks or host probes apart (judged only on enough samples: a handful says nothing)
 //   SAME            [q1,q3] intervals overlap and the medians are within threshold
 //   AMBIGUOUS       intervals overlap but the medians are not within threshold (too noisy), or the intervals are
 //                   apart by no more than threshold (a real shift too small to act on), or the U test does not
