@@ -231,12 +231,13 @@ std::optional<Weakness> weak_evidence(const HistoryRecord& b, const HistoryRecor
     if (!(r->median_ms > 0))
       return Weakness{fmt::format("{} has a median of {} ms", side, r->median_ms), "re-run the measurement"};
   }
-  // Dropped samples are no evidence, the kept ones are (and there are min_samples of them): but when most went, the
-  // machine ran slow for most of the measurement and the kept ones may be from the edges of its slow stretches.
+  // A throttled GPU is a fault to fix; a CPU on a shared host runs slow in stretches as a matter of course, and its
+  // probe drops those samples (at most half, timing.cpp) so that the kept ones are the evidence: on the 2-core VM
+  // 13-26% of a 2.3 ms region's samples went, and a 10% rule left a 3x slowdown AMBIGUOUS.
   for (const auto& [side, r] : sides)
-    if (r->dropped_throttled > r->n)
-      return Weakness{fmt::format("{} dropped {} of {} samples taken while the machine ran slow (more than half)",
-                                  side, r->dropped_throttled, r->n + r->dropped_throttled),
+    if (r->mode != "cpu" && r->dropped_throttled > 0.1 * (r->n + r->dropped_throttled))
+      return Weakness{fmt::format("{} dropped {} of {} samples taken while the machine ran slow (> 10%)", side,
+                                  r->dropped_throttled, r->n + r->dropped_throttled),
                       "pin clocks (nvidia-smi -lgc) / check throttling (cooling, other jobs on the device or host), "
                       "then re-run"};
   return std::nullopt;
@@ -500,35 +501,40 @@ PerfVerdict compare_perf(const HistoryRecord& b, const HistoryRecord& c, const V
     return v;
   }
   const double threshold = threshold_for(o, c.mode);
-  const double gap = std::max(c.q1_ms - b.q3_ms, b.q1_ms - c.q3_ms) / b.median_ms;  // < 0: intervals overlap
-  const double shift = std::abs(v.ratio - 1);
+  // Within kHostProbeApart the host's speed still moves the region (on the 2-core VM a stretch with the probe 1.29x
+  // slower ran the same code 1.45x slower): the candidate is judged at the baseline's host speed.
+  const double host = b.host_probe_us > 0 && c.host_probe_us > 0 ? b.host_probe_us / c.host_probe_us : 1;
+  const double c_q1 = c.q1_ms * host, c_q3 = c.q3_ms * host, c_median = c.median_ms * host;
+  const std::string scaled = host == 1 ? "" : fmt::format(" (candidate at the baseline's host speed: x{:.3f})", host);
+  const double gap = std::max(c_q1 - b.q3_ms, b.q1_ms - c_q3) / b.median_ms;  // < 0: intervals overlap
+  const double shift = std::abs(c_median / b.median_ms - 1);
   if (gap < 0 && shift <= threshold) {
     v.verdict = Verdict::same;
-    v.reason = fmt::format("[q1,q3] intervals overlap, medians within {} ({})", pct(threshold), pct(shift));
+    v.reason = fmt::format("[q1,q3] intervals overlap, medians within {} ({}){}", pct(threshold), pct(shift), scaled);
     return v;
   }
   if (gap < 0) {
-    v.reason = fmt::format("[q1,q3] intervals overlap but the medians differ by {} (> {}): too noisy to decide",
-                           pct(shift), pct(threshold));
+    v.reason = fmt::format("[q1,q3] intervals overlap but the medians differ by {} (> {}){}: too noisy to decide",
+                           pct(shift), pct(threshold), scaled);
     v.next = "reduce the noise (pin clocks, stop other jobs) and re-run with --time-cap 30";
     return v;
   }
   if (gap <= threshold) {
-    v.reason = fmt::format("[q1,q3] intervals apart by {} of the baseline median (<= {}), p={:.2g}: a shift too "
+    v.reason = fmt::format("[q1,q3] intervals apart by {} of the baseline median (<= {}){}, p={:.2g}: a shift too "
                            "small to act on",
-                           pct(gap), pct(threshold), v.p_value);
+                           pct(gap), pct(threshold), scaled, v.p_value);
     v.next = "nothing now; if it persists, `parity history check` shows the creep against the first level";
     return v;
   }
   if (v.p_value >= o.alpha) {
-    v.reason = fmt::format("[q1,q3] intervals apart by {} but the U test p={:.2g} does not reach {}", pct(gap),
-                           v.p_value, o.alpha);
+    v.reason = fmt::format("[q1,q3] intervals apart by {}{} but the U test p={:.2g} does not reach {}", pct(gap),
+                           scaled, v.p_value, o.alpha);
     v.next = "re-run with --time-cap 30 to collect more samples";
     return v;
   }
-  v.verdict = c.median_ms > b.median_ms ? Verdict::slower : Verdict::faster;
-  v.reason = fmt::format("[q1,q3] intervals apart by {} of the baseline median (> {}), U test p={:.2g} < {}{}",
-                         pct(gap), pct(threshold), v.p_value, o.alpha, attribution(b, c));
+  v.verdict = c_median > b.median_ms ? Verdict::slower : Verdict::faster;
+  v.reason = fmt::format("[q1,q3] intervals apart by {} of the baseline median (> {}){}, U test p={:.2g} < {}{}",
+                         pct(gap), pct(threshold), scaled, v.p_value, o.alpha, attribution(b, c));
   return v;
 }
 

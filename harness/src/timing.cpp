@@ -26,7 +26,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr double kThrottledBelow = 0.9;  // of the median clock, or of the fastest probe's speed: slower is dropped
+constexpr double kThrottledBelow = 0.9;  // of the median clock or probe speed: a sample taken slower is dropped
 constexpr int kNoiseMinSamples = 5;      // no noise estimate from fewer samples (nvbench's statistics.cuh)
 constexpr int kStableWindow = 10;        // samples over which a settled noise estimate moves less than...
 constexpr double kStableChange = 0.1;    // ...this fraction of itself
@@ -53,28 +53,6 @@ std::vector<double> known(const std::vector<double>& clocks) {
   return k;
 }
 
-// Which samples the readings say were taken while the machine ran slow: an SM clock below kThrottledBelow of the
-// median clock (a GPU boosts and throttles around its median); a host probe longer than the fastest probe over
-// kThrottledBelow (the fastest is the uncontended host: a slow stretch may cover most of a measurement, and then
-// the median probe is a slow one). Unknown readings (0) condemn nothing.
-std::vector<bool> clock_throttled(const std::vector<double>& clocks_mhz) {
-  std::vector<bool> slow(clocks_mhz.size(), false);
-  if (const std::vector<double> k = known(clocks_mhz); !k.empty()) {
-    const double floor = kThrottledBelow * median(k);
-    for (size_t i = 0; i < clocks_mhz.size(); ++i) slow[i] = clocks_mhz[i] > 0 && clocks_mhz[i] < floor;
-  }
-  return slow;
-}
-
-std::vector<bool> host_ran_slow(const std::vector<double>& probes_us) {
-  std::vector<bool> slow(probes_us.size(), false);
-  if (const std::vector<double> k = known(probes_us); !k.empty()) {
-    const double ceiling = *std::min_element(k.begin(), k.end()) / kThrottledBelow;
-    for (size_t i = 0; i < probes_us.size(); ++i) slow[i] = probes_us[i] > ceiling;
-  }
-  return slow;
-}
-
 }  // namespace
 
 Timing summarize(std::vector<double> samples_ms, const std::string& mode, const std::vector<double>& clocks_mhz,
@@ -85,16 +63,24 @@ Timing summarize(std::vector<double> samples_ms, const std::string& mode, const 
           fmt::format("summarize: {} {} for {} samples", readings->size(), what, samples_ms.size()));
   Timing t;
   t.mode = mode;
-  const std::vector<bool> throttled = clock_throttled(clocks_mhz), host_slow = host_ran_slow(probes_us);
+  // A sample was taken while the machine ran slow when its SM clock is below kThrottledBelow of the median clock,
+  // or its host probe took longer than the median probe over kThrottledBelow: at most half of a measurement goes,
+  // and one taken mostly in a slow stretch keeps a slow probe median, which the verdicts then see (history.cpp).
+  // Unknown readings (0) condemn nothing.
+  const std::vector<double> clocks = known(clocks_mhz), probes = known(probes_us);
+  const double clock_floor = clocks.empty() ? 0 : kThrottledBelow * median(clocks);
+  const double probe_ceiling =
+      probes.empty() ? std::numeric_limits<double>::infinity() : median(probes) / kThrottledBelow;
   std::vector<double> kept, kept_clocks, kept_probes;
   for (size_t i = 0; i < samples_ms.size(); ++i) {
-    if ((!throttled.empty() && throttled[i]) || (!host_slow.empty() && host_slow[i])) {
+    const double clock = clocks_mhz.empty() ? 0 : clocks_mhz[i], probe = probes_us.empty() ? 0 : probes_us[i];
+    if ((clock > 0 && clock < clock_floor) || probe > probe_ceiling) {
       ++t.dropped_throttled;
       continue;
     }
     kept.push_back(samples_ms[i]);
-    if (!clocks_mhz.empty()) kept_clocks.push_back(clocks_mhz[i]);
-    if (!probes_us.empty()) kept_probes.push_back(probes_us[i]);
+    kept_clocks.push_back(clock);
+    kept_probes.push_back(probe);
   }
   samples_ms = std::move(kept);
   if (const std::vector<double> k = known(kept_clocks); !k.empty()) t.sm_clock_mhz = median(k);

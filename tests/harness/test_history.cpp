@@ -116,17 +116,25 @@ TEST(ComparePerf, FewSamplesAreAmbiguousWithANextStep) {
   EXPECT_NE(v.next.find("--time-cap"), std::string::npos) << v.next;
 }
 
-TEST(ComparePerf, MostlyThrottledSamplesAreAmbiguous) {
+TEST(ComparePerf, ThrottledSamplesAreAmbiguous) {
   std::mt19937_64 rng(5);
-  const HistoryRecord base = timed(draw(rng, 1.0, 30));
-  HistoryRecord cand = timed(draw(rng, 2.0, 30));
-  cand.dropped_throttled = 30;  // as many dropped as kept: the 30 kept decide
-  EXPECT_EQ(compare_perf(base, cand).verdict, Verdict::slower);
-  cand.dropped_throttled = 31;  // more than half
+  HistoryRecord base = timed(draw(rng, 1.0, 30)), cand = timed(draw(rng, 2.0, 30));
+  base.mode = cand.mode = "cold";
+  cand.dropped_throttled = 4;  // 4 of 34 > 10%
   const PerfVerdict v = compare_perf(base, cand);
   EXPECT_EQ(v.verdict, Verdict::ambiguous);
-  EXPECT_NE(v.reason.find("candidate dropped 31 of 61 samples"), std::string::npos) << v.reason;
+  EXPECT_NE(v.reason.find("candidate dropped 4 of 34 samples"), std::string::npos) << v.reason;
   EXPECT_NE(v.next.find("throttling"), std::string::npos) << v.next;
+}
+
+// A GPU timing with dropped samples is AMBIGUOUS; a CPU one is judged on what its host probe kept.
+TEST(ComparePerf, ThrottledGpuSamplesAreAmbiguousCpuOnesAreFiltered) {
+  std::mt19937_64 rng(7);
+  HistoryRecord base = timed(draw(rng, 1.0, 30)), cand = timed(draw(rng, 2.0, 30));
+  cand.dropped_throttled = 12;
+  EXPECT_EQ(compare_perf(base, cand).verdict, Verdict::slower);
+  base.mode = cand.mode = "cold";
+  EXPECT_EQ(compare_perf(base, cand).verdict, Verdict::ambiguous);
 }
 
 TEST(ComparePerf, NoisyOverlapIsAmbiguous) {
@@ -186,8 +194,14 @@ TEST(ComparePerf, ChangedSetupIsNotComparable) {
   EXPECT_NE(v.next.find("quiet"), std::string::npos) << v.next;
   cand.host_probe_us = 15.0;  // faster counts alike
   EXPECT_EQ(compare_perf(probed, cand).verdict, Verdict::not_comparable);
-  cand.host_probe_us = 24.0;  // x1.2: within what buffer placement alone moves it; the 2x is judged
-  EXPECT_EQ(compare_perf(probed, cand).verdict, Verdict::slower);
+  cand.host_probe_us = 24.0;  // x1.2: comparable; the 2x is judged at the baseline's host speed (x1.67)
+  v = compare_perf(probed, cand);
+  EXPECT_EQ(v.verdict, Verdict::slower);
+  EXPECT_NE(v.reason.find("candidate at the baseline's host speed: x0.833"), std::string::npos) << v.reason;
+  cand = timed(draw(rng, 1.25, 30));  // 1.25x slower with a 1.25x slower host: the code did not change
+  cand.host_probe_us = 25.0;
+  EXPECT_EQ(compare_perf(probed, cand).verdict, Verdict::same) << compare_perf(probed, cand).reason;
+  cand = timed(draw(rng, 2.0, 30));
   cand = timed(draw(rng, 2.0, 3));  // one probe reading of three samples says nothing: too few samples first
   cand.host_probe_us = 30.0;
   EXPECT_EQ(compare_perf(probed, cand).verdict, Verdict::ambiguous);

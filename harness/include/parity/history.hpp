@@ -3,13 +3,13 @@
 // Store: reports/history/<op>.jsonl, one JSON object per line, appended, never rewritten (diff-friendly):
 //   {"schema": "parity.history/1", "case", "path", "direction", "device", "driver", "commit", "build_type",
 //    "source_hash" (sha256 of the path's source files), "date", "timing": {mode, median_ms, q1_ms, q3_ms, min_ms,
-//    n, rel_noise, sm_clock_mhz, host_probe_us, dropped_throttled, samples_ms}, "numerics": {"<tensor> vs <against>": {max_ulp,
-//    max_abs, mean_abs}}}
+//    n, rel_noise, sm_clock_mhz, host_probe_us, dropped_throttled, samples_ms}, "numerics": {"<tensor> vs
+//    <against>": {max_ulp, max_abs, mean_abs}}}
 // ("timing" only for a timed path, "numerics" only where checks ran; the file is named by the op of the case id
 // "<op>/<name>".) A record's key is (case, path, direction). Device, driver, build type, timing mode, SM clock and
-// host probe (the CPU's speed while it was timed) decide whether two timings are comparable. The source hash does not: a kernel edit is exactly what the history
-// must judge, so a changed hash only attributes the movement to the path's own code (asv's "x" is about the
-// benchmark's definition, which here is the case, fixed by its key).
+// host probe (the CPU's speed while it was timed) decide whether two timings are comparable. The source hash does
+// not: a kernel edit is exactly what the history must judge, so a changed hash only attributes the movement to the
+// path's own code (asv's "x" is about the benchmark's definition, which here is the case, fixed by its key).
 #pragma once
 #include <parity/perf.hpp>
 
@@ -84,16 +84,19 @@ struct PerfVerdict {
   std::string next;    // what to do next for AMBIGUOUS / NOT-COMPARABLE
 };
 
+// How far apart two records' host probes may be (a ratio) and still be compared: history.cpp says what it rests on.
+constexpr double kHostProbeApart = 1.3;
+
 // Why two timings cannot be compared (device, driver, build type or timing mode changed, SM clocks more than 5%
 // apart or host probes more than kHostProbeApart, where both are known); empty when they can.
-constexpr double kHostProbeApart = 1.3;
 std::string incomparability(const HistoryRecord& baseline, const HistoryRecord& candidate);
 
 // Starts at AMBIGUOUS and upgrades only on evidence (nvbench-robust), in this order:
 //   NOT-COMPARABLE  device, driver, build type or timing mode changed
-//   AMBIGUOUS       either side under min_samples kept, or more than half of its samples dropped as taken while
-//                   the machine ran slow (GPU clock throttled, host probe slow)
+//   AMBIGUOUS       either side under min_samples kept, or (GPU timings) more than 10% of its samples dropped as
+//                   taken while throttled
 //   NOT-COMPARABLE  SM clocks or host probes apart (judged only on enough samples: a handful says nothing)
+//   (with both host probes known, the candidate's quartiles are scaled to the baseline's host speed from here on)
 //   SAME            [q1,q3] intervals overlap and the medians are within threshold
 //   AMBIGUOUS       intervals overlap but the medians are not within threshold (too noisy), or the intervals are
 //                   apart by no more than threshold (a real shift too small to act on), or the U test does not

@@ -4,8 +4,9 @@
 // JSON (inside a case of the results document, key "perf"):
 //   { "ceilings": {device, driver, copy_gbps, bf16_tflops, fp32_tflops, measured, method}, "upstream": {...},
 //     "entries": [ {path, direction, mode, median_ms, min_ms, q1_ms, q3_ms, rel_noise, n, samples_ms: [...],
-//                   sm_clock_mhz, host_probe_us, dropped_throttled, stop, bytes, flops_fp32, flops_tensor, achieved_gbps,
-//                   achieved_tflops, pct_copy_bw, pct_flops, speedup_vs_eager, peak_extra_bytes, error} ] }
+//                   sm_clock_mhz, host_probe_us, dropped_throttled, stop, bytes, flops_fp32, flops_tensor,
+//                   achieved_gbps, achieved_tflops, pct_copy_bw, pct_flops, speedup_vs_eager, peak_extra_bytes,
+//                   error} ] }
 //
 // Every path of a case is timed on one device, the one run_case works on (the GPU unless --cpu or none is
 // there), so speedups and percentages compare like with like; variants of other devices are not timed.

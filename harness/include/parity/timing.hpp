@@ -38,7 +38,7 @@ Timing time_region(const std::function<void()>& fn, at::Device device, const Tim
 
 // Median, quartiles and noise of raw samples (shared by GPU and CPU timers and by tests). Readings of how fast the
 // machine ran, one per sample where given (0 = unknown): with SM clocks (MHz), samples taken below 90% of the
-// median clock are dropped; with host probes (us), samples whose probe took longer than the fastest probe / 0.9.
+// median clock are dropped; with host probes (us), samples whose probe took longer than the median probe / 0.9.
 // Both count in dropped_throttled.
 Timing summarize(std::vector<double> samples_ms, const std::string& mode, const std::vector<double>& clocks_mhz = {},
                  const std::vector<double>& probes_us = {});
