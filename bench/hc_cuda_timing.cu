@@ -122,6 +122,17 @@ double time_ms(const std::function<void()>& f, int warm = 3, int reps = 20) {
   return ms[ms.size() / 2];
 }
 
+// FNV-1a over the bytes of device buffers, in order.
+uint64_t device_hash(const std::vector<std::pair<const void*, int64_t>>& buffers) {
+  uint64_t h = 1469598103934665603ull;
+  for (const auto& [p, n] : buffers) {
+    std::vector<unsigned char> host(n);
+    CK(cudaMemcpy(host.data(), p, n, cudaMemcpyDeviceToHost));
+    for (unsigned char c : host) h = (h ^ c) * 1099511628211ull;
+  }
+  return h;
+}
+
 struct Row {
   std::string name;
   double ms, bytes;
@@ -238,6 +249,12 @@ int main(int argc, char** argv) {
                           if (p) kc::launch_mix_post_comb(mixes, base, scale, post, comb, T, H, k, s);
                         }),
                         fwd_bytes});
+      if (kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, x, y, H, D)) {
+        // What the fused forward wrote, hashed: a change to the kernel that keeps its results prints the same hash.
+        kc::launch_mix_fused_fwd(kind, x, fn, base, scale, mixes, pre, y, T, H, D, k, s);
+        std::printf("%s fused forward: y, mixes, pre hash %016llx\n", op.c_str(),
+                    (unsigned long long)device_hash({{y, T * D * 2}, {mixes, T * m * 4}, {pre, T * H * 4}}));
+      }
       fwd_mix();
       rows.push_back({op + " bwd: reduce", time_ms(bwd_reduce), (T * HD + T * D) * e});
       rows.push_back({op + " bwd: token", time_ms(bwd_token), T * (2 * m + 2 * H + H * H) * 4.0});
