@@ -960,11 +960,15 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 //      pre, and pre written into every CTA's shared memory.
 //   3. Every CTA collapses its slice of the tile from shared memory: y = sum_h pre_h x_h, as collapse_kernel does.
 // post and comb (hc_pre: the Sinkhorn) need no x and run after it, one thread per token (mix_post_comb).
-// Measured (H100, V4 dims, `parity run --perf`): 0.658 ms = 34% of the copy rate, 7 resident clusters (112 SMs).
-// It is bound by synchronisation, not bytes or math (ncu: DRAM 26%, SM 37%; issue stalls mostly barrier and
-// fixed-latency waits, then membar from the release of the cluster barrier): the per-tile chain multiply ->
-// cross-warp sums -> cluster barrier -> one warp's epilogue runs at 4 warps per scheduler. Next: more tokens per
-// barrier, and the epilogue spread over warps.
+// Measured (H100, V4 dims, `parity run --perf`): 0.658 ms = 34% of the copy rate, 7 resident clusters (112 SMs),
+// with the cluster barrier waited for in the iteration that arrived at it. It is bound by synchronisation, not bytes
+// or math (ncu: DRAM 26%, SM 37%; issue stalls mostly barrier and fixed-latency waits, then membar from the release
+// of the cluster barrier): the per-tile chain multiply -> cross-warp sums -> cluster barrier -> one warp's epilogue
+// runs at 4 warps per scheduler. Waiting one tile late (the barrier completes behind the next multiply) and the
+// epilogue on a warp of its own: H200, bench/hc_cuda_timing.cu, hc_pre 0.622 -> 0.571 ms, hc_head 0.434 -> 0.401 ms,
+// the same bits out (ncu: issue slots 49% busy, ~930 instructions per warp and tile, a sixth of them the fp32 adds
+// behind the MMAs; stalls: waits, barrier, math, membar). Next: more tokens per barrier (register-bound: fn's
+// fragments take 72 of 128 registers), TMA loads in place of the cp.async index arithmetic.
 // k inside a 32-block is permuted so that a thread's A and B fragments are 8 consecutive elements of its row (one
 // 16-byte load each): thread (g = lane / 4, q = lane % 4) holds k = 8q .. 8q + 7 of rows g and g + 8; elements
 // 0-3 feed the first MMA's k pairs (2q, 2q+1) and (2q+8, 2q+9), elements 4-7 the second's. x rows sit in shared
@@ -1123,14 +1127,13 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
   cluster_arrive();
   cluster_wait();  // every CTA of the cluster has started: its shared memory may be written from now on
 
-  // 3. Collapse tile n's slice from its ring stage, with pre from spre[n % 3].
-  // Run by the upper half of the CTA (see the loop).
-  auto collapse = [&](int64_t n) {
+  // 3. Collapse tile n's slice from its ring stage, with pre from spre[n % 3], by the `count` threads from `first` on.
+  auto collapse = [&](int64_t n, int first, int count) {
     const unsigned char* xs = ring + size_t(n % kFusedStages) * Sl::StageBytes;
     const float* pre = spre + (n % 3) * kFusedTM * H4;
     constexpr int per_stream = Sl::Dc / 8;
 #pragma unroll 1
-    for (int v = tid - kFusedThreads / 2; v < kFusedTM * per_stream; v += kFusedThreads / 2) {
+    for (int v = tid - first; v < kFusedTM * per_stream; v += count) {
       const int row = v / per_stream, cs = v % per_stream;
       const int64_t t = tile_of(n) * kFusedTM + row;
       float o[8];
@@ -1181,14 +1184,16 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
     for (int half = 0; half < 2; ++half) *cluster.map_shared_rank(dst, (lane >> 2) + 8 * half) = live ? ph : 0.f;
   };
 
-  // One cluster barrier X(n) per tile. Before its arrive, the lower half sends tile n's partial rows and warp 0
-  // finishes tile n-1's token (delivered by X(n-1)); after its wait both are everywhere. The upper half collapses
-  // tile n-2 (its pre delivered by X(n-1)) while the barrier completes, and nobody waits for a lone warp's epilogue.
-  // Buffers: gpart alternates (the epilogue of n-1 reads its half before X(n), the partials of n+1 land after it);
-  // spre has three slots (pre of n-1 written while the collapse of n-2 reads); ring stage n % S is refilled (with
-  // tile n + S) after the collapse of n.
+  // One cluster barrier X(n) per tile, waited for one tile late: its arrive ends iteration n, its wait comes after
+  // the multiply of tile n+1, so the barrier completes while the tensor cores work. After the wait of X(n-1) the
+  // lower half sums tile n's partial rows and sends them; warp kFusedWarps / 2 finishes tile n-1's token (its partial
+  // rows delivered by X(n-1)) and sends its pre; the rest of the upper half collapses tile n-2 (its pre delivered by
+  // X(n-1)). Buffers: gpart alternates (slot n & 1 was last read by the epilogue of n-2, before X(n-1)); spre has
+  // three slots (pre of n-1 written while the collapse of n-2 reads); ring stage n % S is refilled (with tile n + S)
+  // after the collapse of n.
+  constexpr int kFinisher = kFusedWarps / 2, kCollapseFirst = 32 * (kFinisher + 1);
+  constexpr int kCollapseCount = kFusedThreads - kCollapseFirst;
   for (int64_t n = 0; n < my_tiles; ++n) {
-    const int64_t tile = tile_of(n);
     cp_async_wait<kAhead - 1>();
     __syncthreads();  // tile n has landed for every thread; the stage refilled next was collapsed last iteration
     if (n + kAhead < my_tiles) issue_tile(tile_of(n + kAhead), int((n + kAhead) % kFusedStages));
@@ -1232,14 +1237,13 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
     }
     if (q == 0) wss[warp * kFusedTM + g] = sl, wss[warp * kFusedTM + g + 8] = sh;
     __syncthreads();
+    if (n > 0) cluster_wait();  // X(n-1): partial rows of tile n-1 here, pre of tile n-2 everywhere
     // 2a. Warps in order, in fp64: this CTA's partial row of token `row`, stored into CTA `row` (remote stores do
-    // not wait; remote loads the other way round cost latency and registers).
-    // The lower half sums and sends, then fences; the upper half arrives at once and collapses tile n-2. A release
-    // arrive would also wait for the collapse's global stores to land, which nothing in the cluster reads: the
-    // fence (release) is taken only by the threads whose writes the barrier must carry.
+    // not wait; remote loads the other way round cost latency and registers). A release arrive would also wait for
+    // the collapse's global stores to land, which nothing in the cluster reads: the fence (release) is taken only by
+    // the threads whose writes the barrier must carry.
     static_assert(kFusedTM == kFusedCluster, "CTA r finishes token r of the tile");
     if (tid < kFusedThreads / 2) {
-      if (warp == 0 && n > 0) finish_token(n - 1);
       for (int v = tid; v < kFusedTM * NC; v += kFusedThreads / 2) {
         const int row = v / NC, col = v % NC;
         double sum = 0;
@@ -1250,24 +1254,28 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
       }
       cluster_fence();
       cluster_arrive_relaxed();  // X(n)
+    } else if (warp == kFinisher) {
+      if (n > 0) finish_token(n - 1);
+      cluster_fence();
+      cluster_arrive_relaxed();  // X(n)
     } else {
       cluster_arrive_relaxed();  // X(n)
-      if (n > 1) collapse(n - 2);
+      if (n > 1) collapse(n - 2, kCollapseFirst, kCollapseCount);
     }
-    cluster_wait();  // X(n): every CTA's partial row of token `rank` of tile n is here, pre of tile n-1 everywhere
   }
-  // The last token, then the last two collapses; X(last + 1) delivers the last pre, and after it no CTA writes into
-  // this one.
-  if (tid < kFusedThreads / 2) {
-    if (warp == 0 && my_tiles > 0) finish_token(my_tiles - 1);
+  // The last token and the last two collapses: X(last) delivers the last partial rows, X(last + 1) the last pre; after
+  // it no CTA writes into this one.
+  if (my_tiles > 0) cluster_wait();
+  if (warp == kFinisher) {
+    if (my_tiles > 0) finish_token(my_tiles - 1);
     cluster_fence();
     cluster_arrive_relaxed();
   } else {
     cluster_arrive_relaxed();
-    if (my_tiles > 1) collapse(my_tiles - 2);
+    if (my_tiles > 1 && tid >= kCollapseFirst) collapse(my_tiles - 2, kCollapseFirst, kCollapseCount);
   }
   cluster_wait();
-  if (my_tiles > 0 && tid >= kFusedThreads / 2) collapse(my_tiles - 1);
+  if (my_tiles > 0) collapse(my_tiles - 1, 0, kFusedThreads);
   cp_async_wait<0>();
 }
 
