@@ -28,10 +28,19 @@ fail() { printf '%s\n--- output ---\n%s\n' "$1" "$out"; exit 1; }
 judge() {  # COMMIT OUTPUT
   git checkout -q "$(git log main --format=%H --grep="^step $1\$")" && PARITY_BISECT_RESULTS=$2 PARITY=$parity bash run.sh >/dev/null
 }
-judge 0 "$repo/.base.json" && judge 6 "$repo/.brief.json" && judge 7 "$repo/.slow.json" && git checkout -q main ||
-  { out=""; fail "could not time the judge's inputs"; }
-out=$("$parity" bisect verdict --baseline "$repo/.base.json" --candidate "$repo/.slow.json" 2>&1)
-[ $? = 1 ] && grep -q "planted:slow fwd: SLOWER x" <<<"$out" || fail "verdict: a 3x slowdown is not SLOWER (exit 1)"
+# Under load from elsewhere (ctest -j on the GPU machine) the two timings can see the host at different speeds: the
+# judge then says NOT-COMPARABLE or AMBIGUOUS (exit 125), and both are timed again, at most three times; SAME or
+# FASTER fails at once.
+judge 6 "$repo/.brief.json" || { out=""; fail "could not time the judge's inputs"; }
+for attempt in 1 2 3; do
+  judge 0 "$repo/.base.json" && judge 7 "$repo/.slow.json" && git checkout -q main ||
+    { out=""; fail "could not time the judge's inputs"; }
+  out=$("$parity" bisect verdict --baseline "$repo/.base.json" --candidate "$repo/.slow.json" 2>&1)
+  rc=$?
+  [ "$rc" = 125 ] && grep -Eq "planted:slow fwd: (NOT-COMPARABLE|AMBIGUOUS)" <<<"$out" || break
+  echo "attempt $attempt: the judge could not decide ($(grep -o 'planted:slow fwd: [A-Z-]*' <<<"$out")); again"
+done
+[ "$rc" = 1 ] && grep -q "planted:slow fwd: SLOWER x" <<<"$out" || fail "verdict: a 3x slowdown is not SLOWER (exit 1)"
 out=$("$parity" bisect verdict --baseline "$repo/.base.json" --candidate "$repo/.brief.json" 2>&1)
 [ $? = 125 ] && grep -q "planted:slow fwd: AMBIGUOUS" <<<"$out" || fail "verdict: one sample is not AMBIGUOUS (exit 125)"
 out=$("$parity" bisect verdict --baseline "$repo/.base.json" --candidate "$repo/.slow.json" --path cuda:v1 2>&1)
