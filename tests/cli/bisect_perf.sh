@@ -29,10 +29,10 @@ judge() {  # COMMIT OUTPUT
   git checkout -q "$(git log main --format=%H --grep="^step $1\$")" && PARITY_BISECT_RESULTS=$2 PARITY=$parity bash run.sh >/dev/null
 }
 # Under load from elsewhere (ctest -j on the GPU machine) the two timings can see the host at different speeds: the
-# judge then says NOT-COMPARABLE or AMBIGUOUS (exit 125), and both are timed again, at most three times; SAME or
+# judge then says NOT-COMPARABLE or AMBIGUOUS (exit 125), and both are timed again, at most six times; SAME or
 # FASTER fails at once.
 judge 6 "$repo/.brief.json" || { out=""; fail "could not time the judge's inputs"; }
-for attempt in 1 2 3; do
+for attempt in 1 2 3 4 5 6; do
   judge 0 "$repo/.base.json" && judge 7 "$repo/.slow.json" && git checkout -q main ||
     { out=""; fail "could not time the judge's inputs"; }
   out=$("$parity" bisect verdict --baseline "$repo/.base.json" --candidate "$repo/.slow.json" 2>&1)
@@ -50,9 +50,9 @@ rm -f .base.json .brief.json .slow.json
 first_bad=$(git log --format=%H --grep='^step 5$')
 head_before=$(git rev-parse HEAD)
 # A burst of load from elsewhere can make a commit AMBIGUOUS: then git bisect cannot single out the first bad commit
-# (it lists the candidates), or the bad end is undecidable, and the search is run again, at most three times. Naming a wrong commit fails
+# (it lists the candidates), or the bad end is undecidable, and the search is run again, at most six times. Naming a wrong commit fails
 # at once.
-for attempt in 1 2 3; do
+for attempt in 1 2 3 4 5 6; do
   out=$(PARITY=$parity "$parity" bisect commits --repo "$repo" --good HEAD~7 --bad HEAD --perf \
     --build 'test ! -f broken' --run 'bash run.sh' 2>&1)
   rc=$?
@@ -69,8 +69,8 @@ sed -n '/^first bad commit:/,$p' <<<"$out" | grep -q "planted:slow fwd: SLOWER x
 [ -z "$(git for-each-ref refs/bisect)" ] || fail "bisect refs left behind"
 
 # Ends that contradict the search are refused: a --bad that is not slower than --good. A noisy stretch can leave
-# that end undecidable (AMBIGUOUS) instead: measured again, at most three times, as above.
-for attempt in 1 2 3; do
+# that end undecidable (AMBIGUOUS) instead: measured again, at most six times, as above.
+for attempt in 1 2 3 4 5 6; do
   out=$(PARITY=$parity "$parity" bisect commits --repo "$repo" --good HEAD~7 --bad HEAD~5 --perf \
     --build 'test ! -f broken' --run 'bash run.sh' 2>&1)
   rc=$?
