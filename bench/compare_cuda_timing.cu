@@ -8,6 +8,7 @@
 // compare row scan + merge + first (10 listed), as compare() runs them (without its zeroing and copy back).
 // The last line is a hash of the merged totals, the |err| histogram and the cells: a change to the scan that keeps
 // its results prints the same hash.
+#include "bench/cuda_timing.cuh"
 #include "harness/cuda/compare.cuh"
 
 #include <cuda_bf16.h>
@@ -20,26 +21,6 @@
 #include <vector>
 
 namespace cc = parity::compare_cuda;
-
-#define CK(call)                                                                                  \
-  do {                                                                                            \
-    cudaError_t e_ = (call);                                                                      \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                               \
-    }                                                                                             \
-  } while (0)
-
-__device__ float hash_normal(uint64_t i, uint32_t seed) {
-  auto mix = [](uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  };
-  const uint64_t h = mix(i * 0x9e3779b97f4a7c15ull + seed);
-  const float u1 = ((h >> 40) + 1) * (1.0f / 16777217.0f), u2 = ((h >> 16) & 0xffffff) * (1.0f / 16777216.0f);
-  return sqrtf(-2.f * logf(u1)) * cospif(2.f * u2);
-}
 
 __global__ void fill_pair(__nv_bfloat16* actual, __nv_bfloat16* expected, int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
@@ -68,11 +49,6 @@ double median_ms(const std::function<void()>& f) {
   CK(cudaGetLastError());
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
-}
-
-uint64_t fnv(const void* p, size_t n, uint64_t h = 1469598103934665603ull) {
-  for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(p)[i]) * 1099511628211ull;
-  return h;
 }
 
 int main(int argc, char** argv) {
@@ -135,10 +111,10 @@ int main(int argc, char** argv) {
               (long long)s.comparable, (long long)s.bitwise_diff, (long long)s.max_ulp, (long long)s.max_ulp_at,
               s.max_abs, (long long)s.max_abs_at, s.max_rel, s.sum_abs, s.sum_rel,
               s.sum_ae / std::sqrt(s.sum_aa * s.sum_ee));
-  uint64_t hash = fnv(&t, sizeof t);
-  hash = fnv(h.data(), h.size() * 8, hash);
-  hash = fnv(c.data(), c.size() * 8, hash);
-  hash = fnv(l.data(), l.size() * sizeof(cc::Listed), hash);
+  uint64_t hash = fnv1a(&t, sizeof t);
+  hash = fnv1a(h.data(), h.size() * 8, hash);
+  hash = fnv1a(c.data(), c.size() * 8, hash);
+  hash = fnv1a(l.data(), l.size() * sizeof(cc::Listed), hash);
   std::printf("results hash %016llx\n", (unsigned long long)hash);
   return 0;
 }

@@ -23,6 +23,7 @@
 //   hc_head bwd total                 0.782      51.7%        hc_head fwd+bwd               16.579
 // (hc_post bwd: 0.788 ms before its 128-register cap; hc_pre bwd dx_dfn 2.51 ms before token tiles; mix_fwd 0.602
 // ms with register staging. On an H200 (copy 4.21 TB/s) the same code gave hc_post fwd 0.313 ms, 92%.)
+#include "bench/cuda_timing.cuh"
 #include "kernels/cuda/hc.cuh"
 
 #include <cuda_bf16.h>
@@ -35,30 +36,6 @@
 #include <vector>
 
 namespace kc = parity::hc::cuda;
-
-#define CK(call)                                                                                  \
-  do {                                                                                            \
-    cudaError_t e_ = (call);                                                                      \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                               \
-    }                                                                                             \
-  } while (0)
-
-// ---------------------------------------------------------------------------------------------------------------
-// Seeded data: a hash per element -> Box-Muller normal, scaled and shifted
-// ---------------------------------------------------------------------------------------------------------------
-
-__device__ float hash_normal(uint64_t i, uint32_t seed) {
-  auto mix = [](uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  };
-  const uint64_t h = mix(i * 0x9e3779b97f4a7c15ull + seed);
-  const float u1 = ((h >> 40) + 1) * (1.0f / 16777217.0f), u2 = ((h >> 16) & 0xffffff) * (1.0f / 16777216.0f);
-  return sqrtf(-2.f * logf(u1)) * cospif(2.f * u2);
-}
 
 template <typename T>
 __global__ void fill_normal(T* p, int64_t n, uint32_t seed, float stddev, float mean) {
@@ -128,7 +105,7 @@ uint64_t device_hash(const std::vector<std::pair<const void*, int64_t>>& buffers
   for (const auto& [p, n] : buffers) {
     std::vector<unsigned char> host(n);
     CK(cudaMemcpy(host.data(), p, n, cudaMemcpyDeviceToHost));
-    for (unsigned char c : host) h = (h ^ c) * 1099511628211ull;
+    h = fnv1a(host.data(), host.size(), h);
   }
   return h;
 }
