@@ -44,6 +44,7 @@ Command add_bisect(CLI::App& app) {
     std::string case_id, variant, good, bad, build, run, repo = PARITY_SOURCE_DIR;
     std::string path, baseline, candidate;
     double threshold = 0;  // by the timing's mode (threshold_for)
+    int attempts = CommitBisectOptions{}.judge_attempts;
     bool cpu_only = false, perf = false;
   };
   auto st = std::make_shared<State>();
@@ -70,6 +71,10 @@ Command add_bisect(CLI::App& app) {
   commits->add_option("--threshold", st->threshold,
                       "with --perf: relative gap for a SLOWER verdict (default: 0.05 for GPU timings, 0.25 for CPU)")
       ->check(CLI::PositiveNumber);
+  commits->add_option("--attempts", st->attempts,
+                      "with --perf: runs of a step before an AMBIGUOUS or NOT-COMPARABLE verdict skips it")
+      ->check(CLI::Range(1, 20))
+      ->capture_default_str();
 
   // What each step of a perf bisection calls, in this binary: the verdict logic stays that of the build that
   // bisects, whatever the bisected commits' harness knew.
@@ -106,7 +111,7 @@ Command add_bisect(CLI::App& app) {
               return v.exit_code;
             }
             if (st->run.empty() && st->case_id.empty()) throw InputError("bisect commits needs --case or --run");
-            CommitBisectOptions o{st->repo, st->good, st->bad, st->build, st->run, ""};
+            CommitBisectOptions o{st->repo, st->good, st->bad, st->build, st->run, "", st->attempts};
             if (o.run.empty()) {
               o.build = o.build.empty() ? default_build() : o.build;
               o.run = fmt::format("./.parity-build/parity run --case {} --no-color", shell_quote(st->case_id));

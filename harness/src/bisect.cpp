@@ -143,7 +143,9 @@ std::string must(const std::string& cmd, const std::string& what) {
 // The step script maps the outcome of one commit to git bisect's codes: build failures and undecidable runs skip
 // (125) instead of misleading the search. `step.sh baseline` builds and runs the good revision of a perf bisection,
 // keeping its results document as the baseline. Each commit's output goes to the log under "=== <hash>", ending
-// with a "--> good | bad | skip" line.
+// with a "--> good | bad | skip" line. A perf step the judge cannot decide (AMBIGUOUS, NOT-COMPARABLE: the host was
+// at another speed than for the baseline) is timed again, up to `judge_attempts` runs in all, before it is skipped:
+// on a VM whose speed moves for seconds at a time, a skipped commit leaves git bisect with a list of candidates.
 std::string step_script(const CommitBisectOptions& o, const std::filesystem::path& worktree,
                         const std::filesystem::path& tmp) {
   const std::string judge =
@@ -151,13 +153,20 @@ std::string step_script(const CommitBisectOptions& o, const std::filesystem::pat
           ? "case $rc in 0) echo '--> good' >>\"$log\"; exit 0;; 1) echo '--> bad' >>\"$log\"; exit 1;; esac\n"
             "echo \"--> skip: run exit $rc\" >>\"$log\"; exit 125\n"
           : fmt::format(
-                "[ $rc = 0 ] || {{ echo \"--> skip: run exit $rc (a parity failure or an error: no speed to judge)\" "
+                "for attempt in $(seq {attempts}); do\n"
+                "  [ $rc = 0 ] || {{ echo \"--> skip: run exit $rc (a parity failure or an error: no speed to judge)\" "
                 ">>\"$log\"; exit 125; }}\n"
-                "{judge} --baseline {baseline} --candidate \"$PARITY_BISECT_RESULTS\" >>\"$log\" 2>&1\n"
-                "jc=$?\n"
-                "case $jc in 0) echo '--> good' >>\"$log\"; exit 0;; 1) echo '--> bad' >>\"$log\"; exit 1;; esac\n"
+                "  {judge} --baseline {baseline} --candidate \"$PARITY_BISECT_RESULTS\" >>\"$log\" 2>&1\n"
+                "  jc=$?\n"
+                "  case $jc in 0) echo '--> good' >>\"$log\"; exit 0;; 1) echo '--> bad' >>\"$log\"; exit 1;; 125) ;; "
+                "*) break;; esac\n"
+                "  [ $attempt = {attempts} ] && break\n"
+                "  echo \"--> undecided: timing again (run $((attempt + 1)) of {attempts})\" >>\"$log\"\n"
+                "  step_run; rc=$?\n"
+                "done\n"
                 "echo \"--> skip: no decisive verdict (judge exit $jc)\" >>\"$log\"; exit 125\n",
-                fmt::arg("judge", o.judge), fmt::arg("baseline", quote((tmp / "baseline.json").string())));
+                fmt::arg("judge", o.judge), fmt::arg("baseline", quote((tmp / "baseline.json").string())),
+                fmt::arg("attempts", o.judge_attempts));
   return fmt::format(
       "#!/usr/bin/env bash\n"
       "log={log}\n"
@@ -166,9 +175,8 @@ std::string step_script(const CommitBisectOptions& o, const std::filesystem::pat
       "( {build} ) >>\"$log\" 2>&1 || {{ echo '--> skip: build failed' >>\"$log\"; exit 125; }}\n"
       "export PARITY_BISECT_RESULTS={results}\n"
       "[ \"${{1:-}}\" = baseline ] && PARITY_BISECT_RESULTS={baseline}\n"
-      "rm -f \"$PARITY_BISECT_RESULTS\"\n"
-      "( {run} ) >>\"$log\" 2>&1\n"
-      "rc=$?\n"
+      "step_run() {{ rm -f \"$PARITY_BISECT_RESULTS\"; ( {run} ) >>\"$log\" 2>&1; }}\n"
+      "step_run; rc=$?\n"
       "[ \"${{1:-}}\" = baseline ] && {{ echo \"--> baseline: run exit $rc\" >>\"$log\"; exit $rc; }}\n"
       "{judge}",
       fmt::arg("log", quote((tmp / "steps.log").string())), fmt::arg("wt", quote(worktree.string())),

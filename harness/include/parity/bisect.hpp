@@ -45,6 +45,7 @@ struct CommitBisectOptions {
   // anything else skipped (AMBIGUOUS verdicts, a run that failed or could not be timed).
   std::string run;
   std::string judge;
+  int judge_attempts = 3;      // runs of a perf step before an undecided verdict skips it (at least 1)
 };
 
 struct CommitBisection {
