@@ -529,8 +529,12 @@ struct MixBwdTokenArgs {
   int iters;
 };
 
-// rms scale r = rsqrt(mean(x^2) + eps) from the sum of squares over the K = H*D flattened streams.
-__device__ __forceinline__ float rms_scale(float sum_sq, int K, float eps) { return rsqrtf(sum_sq / float(K) + eps); }
+// rms scale r = rsqrt(mean(x^2) + eps) from the sum of squares over the K = H*D flattened streams, in fp64 and
+// rounded once, as the CPU path: r scales every mix of a token alike, so its error does not cancel in sums over a
+// token's mixes (grad/scale), where rsqrtf's (and three fp32 roundings before it) showed.
+__device__ __forceinline__ float rms_scale(double sum_sq, int K, float eps) {
+  return float(1.0 / sqrt(sum_sq / K + double(eps)));
+}
 
 // coef row (per token, fp32): [0, MP) r * g_mixes (zero past M), MP: c = r^2/K <g_mixes, mixes>, MP+1+h: pre_h.
 // gate row: [0, MP) d loss / d logit (zero past M), then the per-scale terms sum_m dlogit_m * mixes_m.
@@ -612,7 +616,7 @@ struct PreKind : MixLayout<(2 + H4) * H4, 3> {
     const int H = a.H, M = a.M;
     const float* mix = a.mixes + t * M;
     const double* rd = a.red + t * (1 + H);
-    const float r = rms_scale(float(rd[0]), a.K, a.rms_eps);
+    const float r = rms_scale(rd[0], a.K, a.rms_eps);
     const float s0 = __ldg(a.scale), s1 = __ldg(a.scale + 1), s2 = __ldg(a.scale + 2);
     float* cf = a.coef + t * CW;
     double* gg = a.gate + t * GW;
@@ -674,7 +678,7 @@ struct HeadKind : MixLayout<H4, 1> {
     const int H = a.H;
     const float* mix = a.mixes + t * H;
     const double* rd = a.red + t * (1 + H);
-    const float r = rms_scale(float(rd[0]), a.K, a.rms_eps);
+    const float r = rms_scale(rd[0], a.K, a.rms_eps);
     const float s = __ldg(a.scale);
     float* cf = a.coef + t * CW;
     double* gg = a.gate + t * GW;
@@ -1163,16 +1167,15 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
   // mixes, pre, and pre into every CTA's spre[n % 3].
   auto finish_token = [&](int64_t n) {
     const int64_t t = tile_of(n) * kFusedTM + rank;
-    float mix = 0.f, r = 0.f;
+    double sum = 0;
+    float r = 0.f;
     static_assert(NC <= 32, "a lane per column");
     if (lane < NC) {
-      double sum = 0;
       for (int c = 0; c < kFusedCluster; ++c) sum += gpart[((n & 1) * kFusedCluster + c) * NC + lane];
-      if (lane == NC - 1) r = rms_scale(float(sum), K, a.rms_eps);
-      else mix = float(sum);
+      if (lane == NC - 1) r = rms_scale(sum, K, a.rms_eps);
     }
     r = __shfl_sync(~0u, r, NC - 1);
-    mix *= r;
+    const float mix = lane < NC - 1 ? float(sum * r) : 0.f;  // one rounding, as the CPU path
     const bool live = t < a.tokens;
     if (live && lane < a.M) a.mixes[t * a.M + lane] = mix;
     const float pre = lane < a.H ? pre_gate(mix, lane, a) : 0.f;
