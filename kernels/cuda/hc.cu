@@ -1021,18 +1021,23 @@ __device__ __forceinline__ void cluster_arrive_relaxed() {
 // Release only: the acquire half of fence.acq_rel also invalidates L1 (ncu: CCTL.IVALL), which the wait provides.
 __device__ __forceinline__ void cluster_fence() { asm volatile("fence.release.cluster;\n" ::: "memory"); }
 
-// acc += A B, the product summed from zero on the tensor cores and added with round-to-nearest. Accumulating in the
-// MMA itself (C = acc) truncates the running sum at every step (the tensor cores' fp32 accumulation rounds toward
-// zero), a bias that does not average out: the mixes came out shrunk by a few 1e-7, and grad/scale, whose per-token
-// terms cancel ~360x, inherited it as tens of ULP (hc_pre/v4_width on the H100). One truncation per 16 products is
-// relative to that product alone.
-// Not volatile: the compiler may interleave independent accumulators.
-__device__ __forceinline__ void mma_bf16(float (&acc)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  float d[4];
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%10,%10,%10,%10};\n"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.f));
+// acc += A (B_lo + B_mid + B_hi), fn's three bf16 terms (split3) chained on the tensor cores from zero, the small
+// terms first, then added to acc with round-to-nearest. The tensor cores' fp32 accumulation rounds toward zero: run
+// through acc itself (C = acc) it truncated the running sum at every step, a bias that does not average out (the
+// mixes came out shrunk by a few 1e-7, and grad/scale, whose per-token terms cancel ~360x, inherited it as tens of
+// ULP: hc_pre/v4_width on the H100). Chained from zero per 16-element k-step, the truncations are relative to that
+// step's own sum: the lo and mid products (2^-16 and 2^-8 of it) lose bits of their own size only, and the hi
+// product's truncation is the one a separate MMA had, with a third of the round-to-nearest adds.
+// Not volatile: the compiler may interleave independent chains.
+__device__ __forceinline__ void mma_bf16_split3(float (&acc)[4], const uint32_t (&a)[4], const uint32_t (&b)[3][4],
+                                                int half) {
+  float d[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int i = 0; i < 3; ++i)
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[i][2 * half]), "r"(b[i][2 * half + 1]));
 #pragma unroll
   for (int e = 0; e < 4; ++e) acc[e] = __fadd_rn(acc[e], d[e]);
 }
@@ -1214,14 +1219,11 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
       const uint4 r0 = *reinterpret_cast<const uint4*>(xs + g * Sl::RowBytes + fused_chunk(g, chunk) * 16);
       const uint4 r8 = *reinterpret_cast<const uint4*>(xs + (g + 8) * Sl::RowBytes + fused_chunk(g + 8, chunk) * 16);
       const uint32_t lo[4] = {r0.x, r8.x, r0.y, r8.y}, hi[4] = {r0.z, r8.z, r0.w, r8.w};
-      // Each accumulator sums in the order (j, term, lo/hi); the multiplies themselves are independent.
+      // Each accumulator sums in the order (j, lo/hi k-half); the 2 NT chains are independent.
 #pragma unroll
-      for (int i = 0; i < 3; ++i) {
+      for (int nt = 0; nt < NT; ++nt) mma_bf16_split3(acc[nt], lo, fb[j][nt], 0);
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) mma_bf16(acc[nt], lo, fb[j][nt][i][0], fb[j][nt][i][1]);
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) mma_bf16(acc[nt], hi, fb[j][nt][i][2], fb[j][nt][i][3]);
-      }
+      for (int nt = 0; nt < NT; ++nt) mma_bf16_split3(acc[nt], hi, fb[j][nt], 1);
       const uint32_t w0[4] = {r0.x, r0.y, r0.z, r0.w}, w8[4] = {r8.x, r8.y, r8.z, r8.w};
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
