@@ -239,6 +239,11 @@ int main(int argc, char** argv) {
       rows.push_back({op + " bwd: sum_splits+colsum", time_ms(bwd_sum), prm * (1 + splits)});
       rows.push_back({op + " bwd total (vs one pass)", time_ms([&] { bwd_reduce(), bwd_token(), bwd_dx(), bwd_sum(); }),
                       (2 * T * HD + T * D) * e + 2 * prm + 2 * (p ? small : T * 2 * H * 4.0)});
+      // What the backward wrote: a change to its kernels that keeps their results prints the same hashes (grad_fn's
+      // fp32 sums also depend on the token splits).
+      std::printf("%s backward: grad_x hash %016llx, grad_fn hash %016llx (%d splits)\n", op.c_str(),
+                  (unsigned long long)device_hash({{gx, T * HD * 2}}),
+                  (unsigned long long)device_hash({{gfn, int64_t(m) * HD * 4}}), splits);
     }
     (void)params;
   }
