@@ -1,6 +1,7 @@
 // The history store and the statistics drawn from it (harness/src/history.cpp): Mann-Whitney p-values against an
 // independent reference, perf verdicts on synthetic samples (an A/A test first: the comparator must not invent
 // changes), numeric growth, the JSONL store, records from a results document, and step detection.
+#include <parity/bisect.hpp>
 #include <parity/error.hpp>
 #include <parity/history.hpp>
 #include <parity/timing.hpp>
@@ -370,6 +371,48 @@ TEST(RecordsFromResults, SourceHashFromTheDocument) {
   ASSERT_EQ(records.size(), 2u);
   EXPECT_EQ(records[0].source_hash, "feed");
   EXPECT_EQ(records[1].source_hash, source_hash("eager", "hc"));
+}
+
+// ---- One step of a perf bisection --------------------------------------------------------------------------
+
+// A results document of one case, its planted path and eager timed (15 samples spread 2% about each median);
+// `eager_source`, when given, is the eager path's source hash in the document.
+nlohmann::json step_doc(double path_ms, double eager_ms, const std::string& eager_source = "") {
+  const auto timed = [](const std::string& path, double median) {
+    nlohmann::json e = entry(path, "fwd", median, 15);
+    std::vector<double> samples;
+    for (int i = 0; i < 15; ++i) samples.push_back(median * (0.98 + 0.04 * i / 14.0));
+    e["samples_ms"] = samples, e["q1_ms"] = 0.99 * median, e["q3_ms"] = 1.01 * median, e["min_ms"] = 0.98 * median;
+    e["rel_noise"] = 0.01;
+    return e;
+  };
+  nlohmann::json c = {{"case", "hc_post/tiny"},
+                      {"op", "hc_post"},
+                      {"perf",
+                       {{"ceilings", {{"device", "Test CPU (1 threads)"}, {"driver", ""}}},
+                        {"entries", {timed("planted:slow", path_ms), timed("eager", eager_ms)}}}}};
+  if (!eager_source.empty()) c["source_hashes"] = {{"eager", eager_source}};
+  return {{"schema", "parity.results/1"}, {"environment", {{"commit", "abc123"}}}, {"cases", {c}}};
+}
+
+// Eager beside the judged path is the machine's control: the same code slower (or faster) in the candidate's run
+// means the host changed speed, and the step is a skip (125), not a bad commit. Where eager's own code changed it
+// tells nothing, and the path is judged on its own.
+TEST(JudgePerfStep, EagerThatMovedOnTheSameCodeMakesTheStepNotComparable) {
+  const nlohmann::json base = step_doc(3.0, 1.0);
+  PerfStepVerdict v = judge_perf_step(base, step_doc(4.8, 1.0));
+  EXPECT_EQ(v.exit_code, 1) << v.text;
+  EXPECT_NE(v.text.find("planted:slow fwd: SLOWER x1.600"), std::string::npos) << v.text;
+  v = judge_perf_step(base, step_doc(4.8, 1.6));
+  EXPECT_EQ(v.exit_code, 125) << v.text;
+  EXPECT_NE(v.text.find("planted:slow fwd: NOT-COMPARABLE (the machine ran at another speed: eager, the same code in "
+                        "both, SLOWER x1.600"),
+            std::string::npos)
+      << v.text;
+  v = judge_perf_step(base, step_doc(3.0, 1.0));
+  EXPECT_EQ(v.exit_code, 0) << v.text;
+  v = judge_perf_step(step_doc(3.0, 1.0, "before"), step_doc(4.8, 1.6, "after"));
+  EXPECT_EQ(v.exit_code, 1) << v.text;
 }
 
 TEST_F(HistoryDir, SourceHashFollowsTheFiles) {
