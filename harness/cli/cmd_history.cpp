@@ -66,7 +66,7 @@ const HistoryRecord* numeric_baseline(const Records& recs) {
   return nullptr;
 }
 
-void check_perf(const Records& recs, const VerdictOptions& o, Tally& t) {
+void check_perf(const Records& recs, const std::vector<HistoryRecord>& all, const VerdictOptions& o, Tally& t) {
   const HistoryRecord& newest = *recs.back();
   if (newest.n == 0) return;
   const HistoryRecord* base = perf_baseline(recs);
@@ -75,7 +75,7 @@ void check_perf(const Records& recs, const VerdictOptions& o, Tally& t) {
     ++t.first_records;
     return;
   }
-  const PerfVerdict v = compare_perf(*base, newest, o);
+  const PerfVerdict v = compare_perf_controlled(*base, newest, control_of(*base, all), control_of(newest, all), o);
   ++t.verdicts[v.verdict];
   std::cout << fmt::format("  perf    {:<14} x{:.3f}  p={:.2g}  {} ({}) vs baseline {} ({})\n", verdict_name(v.verdict), v.ratio,
                            v.p_value, ms(newest.median_ms), at(newest), ms(base->median_ms), at(*base));
@@ -134,7 +134,7 @@ int check(const fs::path& dir, const std::string& case_id, const VerdictOptions&
     const HistoryRecord& newest = *recs.back();
     std::cout << fmt::format("{} {} {}  ({} records, newest {})\n", newest.case_id, newest.path, newest.direction,
                              recs.size(), at(newest));
-    check_perf(recs, o, t);
+    check_perf(recs, all, o, t);
     check_numerics(recs, t);
     check_steps(recs, o, t);
   }

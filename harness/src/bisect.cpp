@@ -266,28 +266,10 @@ CommitBisection bisect_commits(const CommitBisectOptions& o) {
 
 PerfStepVerdict judge_perf_step(const nlohmann::json& baseline, const nlohmann::json& candidate,
                                 const std::string& path, const VerdictOptions& o) {
-  // The naive eager path times the machine, not the commit. Where its code is the same in both documents and it came
-  // out SLOWER or FASTER, the host ran at another speed between the two runs, and no path of that case and direction
-  // is judged: on the H200 host an unchanged planted path measured x1.58 with eager x1.36 beside it, while the host
-  // probes (cache-resident) moved 1.1x.
-  std::map<std::string, HistoryRecord> base, base_eager, cand_eager;
-  const auto control_key = [](const HistoryRecord& r) { return r.case_id + "|" + r.direction; };
-  for (auto& r : records_from_results(baseline))
-    if (r.n > 0) (r.path == "eager" ? base_eager.emplace(control_key(r), r) : base.emplace(r.key(), r));
-  const auto candidates = records_from_results(candidate);
-  for (const auto& r : candidates)
-    if (r.n > 0 && r.path == "eager") cand_eager.emplace(control_key(r), r);
-  // Why the machine is not the same between the two runs of this case and direction; empty when it is, or when
-  // there is no control to tell.
-  const auto machine_moved = [&](const HistoryRecord& r) -> std::string {
-    const auto b = base_eager.find(control_key(r)), c = cand_eager.find(control_key(r));
-    if (b == base_eager.end() || c == cand_eager.end() || b->second.source_hash != c->second.source_hash) return "";
-    const PerfVerdict v = compare_perf(b->second, c->second, o);
-    if (v.verdict != Verdict::slower && v.verdict != Verdict::faster) return "";
-    return fmt::format("the machine ran at another speed: eager, the same code in both, {} x{:.3f} (median {:.4g} -> "
-                       "{:.4g} ms)",
-                       verdict_name(v.verdict), v.ratio, b->second.median_ms, c->second.median_ms);
-  };
+  const auto base_records = records_from_results(baseline), candidates = records_from_results(candidate);
+  std::map<std::string, const HistoryRecord*> base;
+  for (const auto& r : base_records)
+    if (r.n > 0 && r.path != "eager") base.emplace(r.key(), &r);
   PerfStepVerdict out;
   bool slower = false, undecided = false, compared = false;
   for (const auto& r : candidates) {
@@ -298,18 +280,14 @@ PerfStepVerdict judge_perf_step(const nlohmann::json& baseline, const nlohmann::
       undecided = true;
       continue;
     }
+    const HistoryRecord& bl = *b->second;
+    const PerfVerdict v = compare_perf_controlled(bl, r, control_of(bl, base_records), control_of(r, candidates), o);
     compared = true;
-    if (const std::string why = machine_moved(r); !why.empty()) {
-      out.text += fmt::format("{} {} {}: NOT-COMPARABLE ({}); time both again\n", r.case_id, r.path, r.direction, why);
-      undecided = true;
-      continue;
-    }
-    const PerfVerdict v = compare_perf(b->second, r, o);
     slower |= v.verdict == Verdict::slower;
     undecided |= v.verdict == Verdict::ambiguous || v.verdict == Verdict::not_comparable;
     out.text += fmt::format("{} {} {}: {} x{:.3f} (median {:.4g} -> {:.4g} ms, p={:.2g}) {}{}\n", r.case_id, r.path,
-                            r.direction, verdict_name(v.verdict), v.ratio, b->second.median_ms, r.median_ms,
-                            v.p_value, v.reason, v.next.empty() ? "" : "; " + v.next);
+                            r.direction, verdict_name(v.verdict), v.ratio, bl.median_ms, r.median_ms, v.p_value,
+                            v.reason, v.next.empty() ? "" : "; " + v.next);
   }
   if (!compared) out.text += "nothing to compare: no timed path of the candidate has a baseline timing\n";
   out.exit_code = slower ? 1 : (undecided || !compared) ? 125 : 0;

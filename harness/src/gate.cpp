@@ -420,7 +420,8 @@ std::vector<AppliedOverride> apply_overrides(std::vector<Case>& cases, const std
 std::vector<BaselineComparison> compare_with_baselines(const nlohmann::json& results_doc,
                                                        const std::map<std::string, Baseline>& baselines) {
   std::vector<BaselineComparison> out;
-  for (const auto& cand : records_from_results(results_doc)) {
+  const auto records = records_from_results(results_doc);
+  for (const auto& cand : records) {
     BaselineComparison& c = out.emplace_back();
     c.case_id = cand.case_id;
     c.path = cand.path;
@@ -429,7 +430,11 @@ std::vector<BaselineComparison> compare_with_baselines(const nlohmann::json& res
       c.has_baseline = true;
       c.baseline_commit = base->commit;
       c.baseline_date = base->date;
-      if (base->n > 0 && cand.n > 0) c.perf = compare_perf(*base, cand);
+      if (base->n > 0 && cand.n > 0) {
+        const HistoryRecord* cand_eager = control_of(cand, records);
+        c.perf = compare_perf_controlled(*base, cand, cand_eager ? baseline_record(baselines, *cand_eager) : nullptr,
+                                         cand_eager, {});
+      }
       if (base->device == cand.device)
         c.regressions = compare_numerics(*base, cand);
       else

@@ -538,6 +538,34 @@ PerfVerdict compare_perf(const HistoryRecord& b, const HistoryRecord& c, const V
   return v;
 }
 
+PerfVerdict compare_perf_controlled(const HistoryRecord& b, const HistoryRecord& c, const HistoryRecord* b_eager,
+                                    const HistoryRecord* c_eager, const VerdictOptions& o) {
+  if (b_eager && c_eager && b_eager->n > 0 && c_eager->n > 0 && b_eager->source_hash == c_eager->source_hash) {
+    const PerfVerdict control = compare_perf(*b_eager, *c_eager, o);
+    if (control.verdict == Verdict::slower || control.verdict == Verdict::faster) {
+      PerfVerdict v;
+      v.verdict = Verdict::not_comparable;
+      v.ratio = b.median_ms > 0 ? c.median_ms / b.median_ms : 0;
+      v.p_value = mann_whitney_p(b.samples_ms, c.samples_ms);
+      v.reason = fmt::format("the machine ran at another speed: eager, the same code in both, {} x{:.3f} (median "
+                             "{:.4g} -> {:.4g} ms)",
+                             verdict_name(control.verdict), control.ratio, b_eager->median_ms, c_eager->median_ms);
+      v.next = "time both again when the machine is quiet";
+      return v;
+    }
+  }
+  return compare_perf(b, c, o);
+}
+
+const HistoryRecord* control_of(const HistoryRecord& r, const std::vector<HistoryRecord>& records) {
+  if (r.path == "eager") return nullptr;  // eager is the control, not controlled
+  for (const auto& e : records)
+    if (e.path == "eager" && e.case_id == r.case_id && e.direction == r.direction && e.commit == r.commit &&
+        e.date == r.date)
+      return &e;
+  return nullptr;
+}
+
 std::vector<NumericRegression> compare_numerics(const HistoryRecord& b, const HistoryRecord& c) {
   std::vector<NumericRegression> out;
   for (const auto& [name, cm] : c.numerics) {

@@ -159,12 +159,15 @@ std::optional<HistoryRecord> baseline_of(const HistoryRecord& candidate, const s
 
 std::vector<Baselined> baselined(const json& doc, const std::vector<HistoryRecord>& history) {
   std::vector<Baselined> out;
-  for (auto& candidate : records_from_results(doc)) {
+  const auto records = records_from_results(doc);
+  for (const auto& candidate : records) {
     Baselined b;
-    b.candidate = std::move(candidate);
+    b.candidate = candidate;
     b.baseline = baseline_of(b.candidate, history);
     if (b.baseline) {
-      if (timed(b.candidate) && timed(*b.baseline)) b.perf = compare_perf(*b.baseline, b.candidate);
+      if (timed(b.candidate) && timed(*b.baseline))
+        b.perf = compare_perf_controlled(*b.baseline, b.candidate, control_of(*b.baseline, history),
+                                         control_of(b.candidate, records));
       b.numeric = compare_numerics(*b.baseline, b.candidate);
     }
     out.push_back(std::move(b));
@@ -420,9 +423,10 @@ std::vector<Series> series_of(const std::string& case_id, const Model& m) {
   return out;
 }
 
-// Medians over the records (band: [q1, q3]); each point colored by its verdict against the record before it,
-// detected steps drawn where a new level starts (red when the level rose past 5%: asv's regression rule).
-std::string trend_svg(const Series& series) {
+// Medians over the records (band: [q1, q3]); each point colored by its verdict against the record before it (with
+// the eager records of `history` as the control), detected steps drawn where a new level starts (red when the level
+// rose past 5%: asv's regression rule).
+std::string trend_svg(const Series& series, const std::vector<HistoryRecord>& history) {
   constexpr int kLeft = 64, kRight = 36, kTop = 12, kPlot = 130, kWidth = 640, kBottom = 34;
   const auto& rec = series.records;
   const size_t n = rec.size();
@@ -472,7 +476,8 @@ std::string trend_svg(const Series& series) {
   for (size_t i = 0; i < n; ++i) {
     std::string cls = "pt", why = "first record";
     if (i > 0) {
-      const PerfVerdict v = compare_perf(rec[i - 1], rec[i]);
+      const PerfVerdict v =
+          compare_perf_controlled(rec[i - 1], rec[i], control_of(rec[i - 1], history), control_of(rec[i], history));
       cls += " " + verdict_class(v.verdict);
       why = fmt::format("{} ×{:.3f} vs {}: {}", verdict_name(v.verdict), v.ratio, rec[i - 1].commit, v.reason);
     }
@@ -782,7 +787,7 @@ std::string case_section(const CaseView& v, const Model& m) {
     for (const auto& s : series)
       h += fmt::format(R"(<h4>Trend: {} {} on {} <span class="muted">({}, {} records)</span></h4>{})", esc(s.path),
                        esc(s.direction), esc(s.device), esc(s.mode.empty() ? "mode not recorded" : s.mode),
-                       s.records.size(), trend_svg(s));
+                       s.records.size(), trend_svg(s, m.history));
   return h + "</section>";
 }
 

@@ -1,8 +1,10 @@
 // The history store and the statistics drawn from it (harness/src/history.cpp): Mann-Whitney p-values against an
 // independent reference, perf verdicts on synthetic samples (an A/A test first: the comparator must not invent
 // changes), numeric growth, the JSONL store, records from a results document, and step detection.
+#include <parity/baseline.hpp>
 #include <parity/bisect.hpp>
 #include <parity/error.hpp>
+#include <parity/gate.hpp>
 #include <parity/history.hpp>
 #include <parity/timing.hpp>
 
@@ -405,14 +407,29 @@ TEST(JudgePerfStep, EagerThatMovedOnTheSameCodeMakesTheStepNotComparable) {
   EXPECT_NE(v.text.find("planted:slow fwd: SLOWER x1.600"), std::string::npos) << v.text;
   v = judge_perf_step(base, step_doc(4.8, 1.6));
   EXPECT_EQ(v.exit_code, 125) << v.text;
-  EXPECT_NE(v.text.find("planted:slow fwd: NOT-COMPARABLE (the machine ran at another speed: eager, the same code in "
-                        "both, SLOWER x1.600"),
+  EXPECT_NE(v.text.find("planted:slow fwd: NOT-COMPARABLE x1.600"), std::string::npos) << v.text;
+  EXPECT_NE(v.text.find("the machine ran at another speed: eager, the same code in both, SLOWER x1.600"),
             std::string::npos)
       << v.text;
   v = judge_perf_step(base, step_doc(3.0, 1.0));
   EXPECT_EQ(v.exit_code, 0) << v.text;
   v = judge_perf_step(step_doc(3.0, 1.0, "before"), step_doc(4.8, 1.6, "after"));
   EXPECT_EQ(v.exit_code, 1) << v.text;
+}
+
+// The gate's comparison with its baselines takes the same control.
+TEST(GateBaselines, EagerThatMovedOnTheSameCodeMakesThePathNotComparable) {
+  Baseline b;
+  for (const auto& r : records_from_results(step_doc(3.0, 1.0))) b.records[r.key()] = r;
+  const auto verdict_of_path = [&](const nlohmann::json& doc) {
+    for (const auto& c : compare_with_baselines(doc, {{"hc_post", b}}))
+      if (c.path == "planted:slow" && c.perf) return c.perf->verdict;
+    ADD_FAILURE() << "no perf verdict for planted:slow";
+    return Verdict::ambiguous;
+  };
+  EXPECT_EQ(verdict_of_path(step_doc(4.8, 1.0)), Verdict::slower);
+  EXPECT_EQ(verdict_of_path(step_doc(4.8, 1.6)), Verdict::not_comparable);
+  EXPECT_EQ(verdict_of_path(step_doc(4.8, 1.6, "after")), Verdict::slower);  // eager's code changed: no control
 }
 
 TEST_F(HistoryDir, SourceHashFollowsTheFiles) {

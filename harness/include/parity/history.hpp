@@ -104,6 +104,17 @@ std::string incomparability(const HistoryRecord& baseline, const HistoryRecord& 
 //   SLOWER/FASTER   intervals apart by more than threshold of the baseline median AND p < alpha
 // `reason` gives the numbers; `next` what to do about AMBIGUOUS/NOT-COMPARABLE.
 PerfVerdict compare_perf(const HistoryRecord& baseline, const HistoryRecord& candidate, const VerdictOptions& o = {});
+// compare_perf with the run's control: eager, the naive LibTorch composition timed beside each path in the same run,
+// times the machine, not the kernel. Where both records of eager (same case and direction) are given, carry the same
+// source hash, and come out SLOWER or FASTER, the host ran at another speed between the two runs, and the verdict is
+// NOT-COMPARABLE; seen on a GPU host's CPU: an unchanged path x1.58 with eager x1.36 beside it, while the host probes
+// (cache-resident) moved 1.1x. A null control (either record missing) leaves compare_perf's verdict.
+PerfVerdict compare_perf_controlled(const HistoryRecord& baseline, const HistoryRecord& candidate,
+                                    const HistoryRecord* baseline_eager, const HistoryRecord* candidate_eager,
+                                    const VerdictOptions& o = {});
+// The eager record of the run `r` came from (same case and direction, commit and date) among `records`, if any:
+// the control compare_perf_controlled takes.
+const HistoryRecord* control_of(const HistoryRecord& r, const std::vector<HistoryRecord>& records);
 // o.threshold when set, else kCpuThreshold for mode "cpu" and kGpuThreshold for the GPU modes.
 double threshold_for(const VerdictOptions& o, const std::string& mode);
 
