@@ -502,13 +502,33 @@ PerfVerdict compare_perf(const HistoryRecord& b, const HistoryRecord& c, const V
   }
   const double threshold = threshold_for(o, c.mode);
   // Within kHostProbeApart the host's speed still moves the region (on the 2-core VM a stretch with the probe 1.29x
-  // slower ran the same code 1.45x slower): the candidate is judged at the baseline's host speed.
+  // slower ran the same code 1.45x slower), but not always as the probe did (on an H200 host's CPU the probe 1.29x
+  // faster, the same code as fast as before). So the candidate is judged both as measured and at the baseline's host
+  // speed, and SAME, SLOWER or FASTER stand only where both agree; where they do not, the probe's correction would
+  // decide alone, and the verdict is AMBIGUOUS.
   const double host = b.host_probe_us > 0 && c.host_probe_us > 0 ? b.host_probe_us / c.host_probe_us : 1;
-  const double c_q1 = c.q1_ms * host, c_q3 = c.q3_ms * host, c_median = c.median_ms * host;
+  struct Spread {
+    double gap, shift;  // [q1,q3] gap over the baseline median (< 0: the intervals overlap); |median ratio - 1|
+    int sign;           // +1 slower, -1 faster
+    bool same(double t) const { return gap < 0 && shift <= t; }
+    bool apart(double t) const { return gap > t; }
+  };
+  const auto spread = [&](double scale) {
+    return Spread{std::max(c.q1_ms * scale - b.q3_ms, b.q1_ms - c.q3_ms * scale) / b.median_ms,
+                  std::abs(c.median_ms * scale / b.median_ms - 1), c.median_ms * scale > b.median_ms ? 1 : -1};
+  };
+  const Spread at_host = spread(host), raw = spread(1);
+  const double gap = at_host.gap, shift = at_host.shift;
   const std::string scaled = host == 1 ? "" : fmt::format(" (candidate at the baseline's host speed: x{:.3f})", host);
-  const double gap = std::max(c_q1 - b.q3_ms, b.q1_ms - c_q3) / b.median_ms;  // < 0: intervals overlap
-  const double shift = std::abs(c_median / b.median_ms - 1);
-  if (gap < 0 && shift <= threshold) {
+  const auto disagree = [&](const char* scaled_says) {
+    v.reason = fmt::format("at the baseline's host speed (host probes {:.1f} -> {:.1f} us, x{:.3f}) {}, as measured "
+                           "x{:.3f}: the probe's correction alone would decide",
+                           b.host_probe_us, c.host_probe_us, host, scaled_says, c.median_ms / b.median_ms);
+    v.next = "re-measure both when the machine is quiet (other jobs, frequency scaling, a shared VM host)";
+    return v;
+  };
+  if (at_host.same(threshold)) {
+    if (!raw.same(threshold)) return disagree("the same");
     v.verdict = Verdict::same;
     v.reason = fmt::format("[q1,q3] intervals overlap, medians within {} ({}){}", pct(threshold), pct(shift), scaled);
     return v;
@@ -532,7 +552,9 @@ PerfVerdict compare_perf(const HistoryRecord& b, const HistoryRecord& c, const V
     v.next = "re-run with --time-cap 30 to collect more samples";
     return v;
   }
-  v.verdict = c_median > b.median_ms ? Verdict::slower : Verdict::faster;
+  if (!raw.apart(threshold) || raw.sign != at_host.sign)
+    return disagree(at_host.sign > 0 ? "slower" : "faster");
+  v.verdict = at_host.sign > 0 ? Verdict::slower : Verdict::faster;
   v.reason = fmt::format("[q1,q3] intervals apart by {} of the baseline median (> {}){}, U test p={:.2g} < {}{}",
                          pct(gap), pct(threshold), scaled, v.p_value, o.alpha, attribution(b, c));
   return v;
