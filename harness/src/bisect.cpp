@@ -141,13 +141,15 @@ std::string must(const std::string& cmd, const std::string& what) {
 }
 
 // The step script maps the outcome of one commit to git bisect's codes: build failures and undecidable runs skip
-// (125) instead of misleading the search. `step.sh baseline` builds and runs the good revision of a perf bisection,
-// keeping its results document as the baseline. Each commit's output goes to the log under "=== <hash>", ending
-// with a "--> good | bad | skip" line. A perf step the judge cannot decide (AMBIGUOUS, NOT-COMPARABLE: the host was
-// at another speed than for the baseline) is timed again, up to `judge_attempts` runs in all, before it is skipped:
-// on a VM whose speed moves for seconds at a time, a skipped commit leaves git bisect with a list of candidates.
+// (125) instead of misleading the search. Each commit's output goes to the log under "=== <hash>", ending with a
+// "--> good | bad | skip" line. In a perf bisection, `step.sh baseline` builds and runs the good revision in a
+// worktree of its own (`good_tree`), and every step runs it again right after its own run, so that the judge
+// compares two runs a few seconds apart: on the H200 host's CPU the same code timed 1.6x apart in runs minutes apart,
+// with eager and the host probe unmoved. A perf step the judge cannot decide (AMBIGUOUS, NOT-COMPARABLE) is timed
+// again, both revisions, up to `judge_attempts` times in all, before it is skipped: a skipped commit leaves git
+// bisect with a list of candidates.
 std::string step_script(const CommitBisectOptions& o, const std::filesystem::path& worktree,
-                        const std::filesystem::path& tmp) {
+                        const std::filesystem::path& good_tree, const std::filesystem::path& tmp) {
   const std::string judge =
       o.judge.empty()
           ? "case $rc in 0) echo '--> good' >>\"$log\"; exit 0;; 1) echo '--> bad' >>\"$log\"; exit 1;; esac\n"
@@ -156,6 +158,10 @@ std::string step_script(const CommitBisectOptions& o, const std::filesystem::pat
                 "for attempt in $(seq {attempts}); do\n"
                 "  [ $rc = 0 ] || {{ echo \"--> skip: run exit $rc (a parity failure or an error: no speed to judge)\" "
                 ">>\"$log\"; exit 125; }}\n"
+                "  echo '--- the good revision again, beside it' >>\"$log\"\n"
+                "  ( cd {good_tree} && export PARITY_BISECT_RESULTS={baseline} && rm -f \"$PARITY_BISECT_RESULTS\" && "
+                "{run} ) >>\"$log\" 2>&1 || {{ echo '--> skip: the good revision did not run again' >>\"$log\"; "
+                "exit 125; }}\n"
                 "  {judge} --baseline {baseline} --candidate \"$PARITY_BISECT_RESULTS\" >>\"$log\" 2>&1\n"
                 "  jc=$?\n"
                 "  case $jc in 0) echo '--> good' >>\"$log\"; exit 0;; 1) echo '--> bad' >>\"$log\"; exit 1;; 125) ;; "
@@ -166,11 +172,14 @@ std::string step_script(const CommitBisectOptions& o, const std::filesystem::pat
                 "done\n"
                 "echo \"--> skip: no decisive verdict (judge exit $jc)\" >>\"$log\"; exit 125\n",
                 fmt::arg("judge", o.judge), fmt::arg("baseline", quote((tmp / "baseline.json").string())),
-                fmt::arg("attempts", o.judge_attempts));
+                fmt::arg("attempts", o.judge_attempts), fmt::arg("good_tree", quote(good_tree.string())),
+                fmt::arg("run", o.run));
   return fmt::format(
       "#!/usr/bin/env bash\n"
       "log={log}\n"
-      "cd {wt} || exit 125\n"
+      "wt={wt}\n"
+      "[ \"${{1:-}}\" = baseline ] && wt={good_tree}\n"
+      "cd \"$wt\" || exit 125\n"
       "echo \"=== $(git rev-parse HEAD)\" >>\"$log\"\n"
       "( {build} ) >>\"$log\" 2>&1 || {{ echo '--> skip: build failed' >>\"$log\"; exit 125; }}\n"
       "export PARITY_BISECT_RESULTS={results}\n"
@@ -180,6 +189,7 @@ std::string step_script(const CommitBisectOptions& o, const std::filesystem::pat
       "[ \"${{1:-}}\" = baseline ] && {{ echo \"--> baseline: run exit $rc\" >>\"$log\"; exit $rc; }}\n"
       "{judge}",
       fmt::arg("log", quote((tmp / "steps.log").string())), fmt::arg("wt", quote(worktree.string())),
+      fmt::arg("good_tree", quote(good_tree.string())),
       fmt::arg("build", o.build.empty() ? "true" : o.build), fmt::arg("run", o.run),
       fmt::arg("results", quote((tmp / "step.json").string())),
       fmt::arg("baseline", quote((tmp / "baseline.json").string())), fmt::arg("judge", judge));
@@ -209,16 +219,18 @@ CommitBisection bisect_commits(const CommitBisectOptions& o) {
   const std::string good = must(git + " rev-parse --verify " + quote(o.good + "^{commit}"), "--good");
   const std::string bad = must(git + " rev-parse --verify " + quote(o.bad + "^{commit}"), "--bad");
   const auto tmp = std::filesystem::temp_directory_path() / fmt::format("parity-bisect-{}", ::getpid());
-  const auto worktree = tmp / "worktree";
+  const auto worktree = tmp / "worktree", good_tree = tmp / "good";
   std::filesystem::create_directories(tmp);
   const auto step = tmp / "step.sh";
   {
     std::ofstream f(step);
-    f << step_script(o, worktree, tmp);
+    f << step_script(o, worktree, good_tree, tmp);
     if (!f.flush()) throw std::runtime_error("cannot write " + step.string());
   }
   CommitBisection res;
   must(git + " worktree add --detach " + quote(worktree.string()) + " " + bad, "git worktree add");
+  const bool perf = !o.judge.empty();
+  if (perf) must(git + " worktree add --detach " + quote(good_tree.string()) + " " + good, "git worktree add");
   const std::string wgit = "git -C " + quote(worktree.string());
   const auto run_at = [&](const std::string& rev, const std::string& arg) {
     must(wgit + " checkout -q --detach " + rev, "git checkout");
@@ -227,9 +239,10 @@ CommitBisection bisect_commits(const CommitBisectOptions& o) {
   const auto cleanup = [&] {
     sh(wgit + " bisect reset");
     sh(git + " worktree remove --force " + quote(worktree.string()));
+    if (perf) sh(git + " worktree remove --force " + quote(good_tree.string()));
   };
   try {
-    const int at_good = run_at(good, o.judge.empty() ? "" : " baseline");
+    const int at_good = run_at(good, perf ? " baseline" : "");
     const int at_bad = at_good == 0 ? run_at(bad, "") : -1;
     if (at_good != 0) {
       res.summary = o.judge.empty() ? fmt::format("the good revision {} does not pass (step exit {})", o.good, at_good)

@@ -505,8 +505,10 @@ PerfVerdict compare_perf(const HistoryRecord& b, const HistoryRecord& c, const V
   // slower ran the same code 1.45x slower), but not always as the probe did (on an H200 host's CPU the probe 1.29x
   // faster, the same code as fast as before). So the candidate is judged both as measured and at the baseline's host
   // speed, and SAME, SLOWER or FASTER stand only where both agree; where they do not, the probe's correction would
-  // decide alone, and the verdict is AMBIGUOUS.
-  const double host = b.host_probe_us > 0 && c.host_probe_us > 0 ? b.host_probe_us / c.host_probe_us : 1;
+  // decide alone, and the verdict is AMBIGUOUS. Probes within kHostProbeNoise correct nothing: their own noise
+  // between processes would only blur the verdict (same code, x1.000 as measured, AMBIGUOUS after a x0.94 correction).
+  const double probes = b.host_probe_us > 0 && c.host_probe_us > 0 ? b.host_probe_us / c.host_probe_us : 1;
+  const double host = std::max(probes, 1 / probes) > kHostProbeNoise ? probes : 1;
   struct Spread {
     double gap, shift;  // [q1,q3] gap over the baseline median (< 0: the intervals overlap); |median ratio - 1|
     int sign;           // +1 slower, -1 faster

@@ -86,6 +86,9 @@ struct PerfVerdict {
 
 // How far apart two records' host probes may be (a ratio) and still be compared: history.cpp says what it rests on.
 constexpr double kHostProbeApart = 1.3;
+// Host probes closer than this say nothing of the host's speed: on a quiet 2-core VM one probe's median ranged
+// 7.0-8.1 us over 14 processes (timing.cpp), so within 1.16x the candidate is judged as measured.
+constexpr double kHostProbeNoise = 1.16;
 
 // Why two timings cannot be compared (device, driver, build type or timing mode changed, SM clocks more than 5%
 // apart or host probes more than kHostProbeApart, where both are known); empty when they can.
