@@ -23,7 +23,7 @@ H = 4 instantiation (ptxas, sm_90a):
                                in a global workspace) -> coefficients of the linear+norm backward  thread/token 96 reg
   mix_bwd_dx_dfn               grad_x = r g_mix @ fn - c x + pre_h g_y (one rounding) and per-split
                                grad_fn partials (r g_mix)^T x; a thread owns 2 columns of fn
-                                                                                        168 / 160 reg, 2 KB smem
+                                                                 pre 168 reg (80-byte spill) / head 146, 2 KB smem
   sum_splits, colsum           fixed-order second reductions (grad_fn; grad_base, grad_scale)
   (* hc_post_bwd is capped at 128 registers and spills 28 bytes: faster, see the kernel.)
 
@@ -43,6 +43,9 @@ percentages are one-pass bytes over time, against the copy rate):
   hc_head fwd 0.453 ms (50%), bwd 0.782 ms (52%: dx_dfn 0.539 = 75%)
   PyTorch eager (HF composition, same run kind): hc_post fwd 6.13 ms, fwd+bwd 13.2; hc_pre fwd 5.40, fwd+bwd 18.2;
   hc_head fwd 5.01, fwd+bwd 16.6.
+H200 (copy 4.24 TB/s), same shape, at aa40574 (standalone): hc_post fwd 0.313 ms (91%), bwd 0.570 (78%); hc_pre fwd
+0.540 (30%), bwd 1.363 (21%: reduce 0.166, token 0.102, dx_dfn 1.076, sums 0.020); hc_head fwd 0.406 (39%), bwd
+0.575 (50%: dx_dfn 0.388 = 74%).
 */
 #include "kernels/cuda/hc.cuh"
 
