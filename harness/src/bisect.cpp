@@ -159,9 +159,8 @@ std::string step_script(const CommitBisectOptions& o, const std::filesystem::pat
                 "  [ $rc = 0 ] || {{ echo \"--> skip: run exit $rc (a parity failure or an error: no speed to judge)\" "
                 ">>\"$log\"; exit 125; }}\n"
                 "  echo '--- the good revision again, beside it' >>\"$log\"\n"
-                "  ( cd {good_tree} && export PARITY_BISECT_RESULTS={baseline} && rm -f \"$PARITY_BISECT_RESULTS\" && "
-                "{run} ) >>\"$log\" 2>&1 || {{ echo '--> skip: the good revision did not run again' >>\"$log\"; "
-                "exit 125; }}\n"
+                "  ( cd {good_tree} && PARITY_BISECT_RESULTS={baseline} && step_run ) || "
+                "{{ echo '--> skip: the good revision did not run again' >>\"$log\"; exit 125; }}\n"
                 "  {judge} --baseline {baseline} --candidate \"$PARITY_BISECT_RESULTS\" >>\"$log\" 2>&1\n"
                 "  jc=$?\n"
                 "  case $jc in 0) echo '--> good' >>\"$log\"; exit 0;; 1) echo '--> bad' >>\"$log\"; exit 1;; 125) ;; "
@@ -172,8 +171,7 @@ std::string step_script(const CommitBisectOptions& o, const std::filesystem::pat
                 "done\n"
                 "echo \"--> skip: no decisive verdict (judge exit $jc)\" >>\"$log\"; exit 125\n",
                 fmt::arg("judge", o.judge), fmt::arg("baseline", quote((tmp / "baseline.json").string())),
-                fmt::arg("attempts", o.judge_attempts), fmt::arg("good_tree", quote(good_tree.string())),
-                fmt::arg("run", o.run));
+                fmt::arg("attempts", o.judge_attempts), fmt::arg("good_tree", quote(good_tree.string())));
   return fmt::format(
       "#!/usr/bin/env bash\n"
       "log={log}\n"
@@ -232,8 +230,9 @@ CommitBisection bisect_commits(const CommitBisectOptions& o) {
   const bool perf = !o.judge.empty();
   if (perf) must(git + " worktree add --detach " + quote(good_tree.string()) + " " + good, "git worktree add");
   const std::string wgit = "git -C " + quote(worktree.string());
+  // The perf baseline runs in its own worktree, already at the good revision.
   const auto run_at = [&](const std::string& rev, const std::string& arg) {
-    must(wgit + " checkout -q --detach " + rev, "git checkout");
+    if (arg.empty()) must(wgit + " checkout -q --detach " + rev, "git checkout");
     return sh("bash " + quote(step.string()) + arg).code;
   };
   const auto cleanup = [&] {

@@ -564,21 +564,17 @@ PerfVerdict compare_perf(const HistoryRecord& b, const HistoryRecord& c, const V
 
 PerfVerdict compare_perf_controlled(const HistoryRecord& b, const HistoryRecord& c, const HistoryRecord* b_eager,
                                     const HistoryRecord* c_eager, const VerdictOptions& o) {
-  if (b_eager && c_eager && b_eager->n > 0 && c_eager->n > 0 && b_eager->source_hash == c_eager->source_hash) {
-    const PerfVerdict control = compare_perf(*b_eager, *c_eager, o);
-    if (control.verdict == Verdict::slower || control.verdict == Verdict::faster) {
-      PerfVerdict v;
-      v.verdict = Verdict::not_comparable;
-      v.ratio = b.median_ms > 0 ? c.median_ms / b.median_ms : 0;
-      v.p_value = mann_whitney_p(b.samples_ms, c.samples_ms);
-      v.reason = fmt::format("the machine ran at another speed: eager, the same code in both, {} x{:.3f} (median "
-                             "{:.4g} -> {:.4g} ms)",
-                             verdict_name(control.verdict), control.ratio, b_eager->median_ms, c_eager->median_ms);
-      v.next = "time both again when the machine is quiet";
-      return v;
-    }
-  }
-  return compare_perf(b, c, o);
+  PerfVerdict v = compare_perf(b, c, o);
+  if (!b_eager || !c_eager || b_eager->n == 0 || c_eager->n == 0 || b_eager->source_hash != c_eager->source_hash)
+    return v;
+  const PerfVerdict control = compare_perf(*b_eager, *c_eager, o);
+  if (control.verdict != Verdict::slower && control.verdict != Verdict::faster) return v;
+  v.verdict = Verdict::not_comparable;
+  v.reason = fmt::format("the machine ran at another speed: eager, the same code in both, {} x{:.3f} (median {:.4g} "
+                         "-> {:.4g} ms)",
+                         verdict_name(control.verdict), control.ratio, b_eager->median_ms, c_eager->median_ms);
+  v.next = "time both again when the machine is quiet";
+  return v;
 }
 
 const HistoryRecord* control_of(const HistoryRecord& r, const std::vector<HistoryRecord>& records) {

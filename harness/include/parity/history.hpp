@@ -99,7 +99,8 @@ std::string incomparability(const HistoryRecord& baseline, const HistoryRecord& 
 //   AMBIGUOUS       either side under min_samples kept, or (GPU timings) more than 10% of its samples dropped as
 //                   taken while throttled
 //   NOT-COMPARABLE  SM clocks or host probes apart (judged only on enough samples: a handful says nothing)
-//   (with both host probes known, the candidate's quartiles are scaled to the baseline's host speed from here on)
+//   (with both host probes known and more than kHostProbeNoise apart, the candidate is judged both as measured and
+//   at the baseline's host speed from here on: SAME, SLOWER and FASTER stand only where the two agree, else AMBIGUOUS)
 //   SAME            [q1,q3] intervals overlap and the medians are within threshold
 //   AMBIGUOUS       intervals overlap but the medians are not within threshold (too noisy), or the intervals are
 //                   apart by no more than threshold (a real shift too small to act on), or the U test does not
