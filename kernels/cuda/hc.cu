@@ -45,7 +45,7 @@ percentages are one-pass bytes over time, against the copy rate):
   hc_head fwd 5.01, fwd+bwd 16.6.
 H200 (copy 4.24 TB/s), same shape, at aa40574 (standalone): hc_post fwd 0.313 ms (91%), bwd 0.570 (78%); hc_pre fwd
 0.540 (30%), bwd 1.363 (21%: reduce 0.166, token 0.102, dx_dfn 1.076, sums 0.020); hc_head fwd 0.406 (39%), bwd
-0.575 (50%: dx_dfn 0.388 = 74%).
+0.574 (50%: dx_dfn 0.388 = 74%).
 */
 #include "kernels/cuda/hc.cuh"
 
@@ -536,7 +536,7 @@ struct MixBwdTokenArgs {
 // rounded once to fp32: r scales every mix of a token alike, so its error does not cancel in sums over a token's mixes
 // (grad/scale), where rsqrtf's (and three fp32 roundings before it) showed. fp64 rsqrt is within an fp64 ULP, so r
 // equals the CPU path's fp32(1 / sqrt(.)) but where that lies within 2^-52 of an fp32 rounding boundary; sqrt and a
-// division instead made the fused hc_head forward 2% slower (0.416 vs 0.407 ms, H200; the finisher warp is on the
+// division instead made the fused hc_head forward 2.5% slower (0.417 vs 0.406 ms, H200; the finisher warp is on the
 // per-tile chain), with the same bits out on the timing's data.
 __device__ __forceinline__ float rms_scale(double sum_sq, int K, float eps) {
   return float(rsqrt(sum_sq / K + double(eps)));
