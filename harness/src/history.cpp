@@ -462,6 +462,12 @@ std::string speed_change(const HistoryRecord& b, const HistoryRecord& c) {
   return "";
 }
 
+// The record with its host probe unknown: compare_perf then neither refuses nor rescales on it.
+HistoryRecord without_probe(HistoryRecord r) {
+  r.host_probe_us = 0;
+  return r;
+}
+
 }  // namespace
 
 std::string incomparability(const HistoryRecord& b, const HistoryRecord& c) {
@@ -564,10 +570,19 @@ PerfVerdict compare_perf(const HistoryRecord& b, const HistoryRecord& c, const V
 
 PerfVerdict compare_perf_controlled(const HistoryRecord& b, const HistoryRecord& c, const HistoryRecord* b_eager,
                                     const HistoryRecord* c_eager, const VerdictOptions& o) {
-  PerfVerdict v = compare_perf(b, c, o);
   if (!b_eager || !c_eager || b_eager->n == 0 || c_eager->n == 0 || b_eager->source_hash != c_eager->source_hash)
+    return compare_perf(b, c, o);
+  // Eager is judged on its samples alone: its probes are the ones that mislead (see the header).
+  const PerfVerdict control = compare_perf(without_probe(*b_eager), without_probe(*c_eager), o);
+  if (control.verdict == Verdict::same) {
+    PerfVerdict v = compare_perf(without_probe(b), without_probe(c), o);
+    if (b.host_probe_us > 0 && c.host_probe_us > 0)
+      v.reason += fmt::format(" (host speed from eager beside it, the same x{:.3f}; host probes {:.1f} -> {:.1f} us "
+                              "not used)",
+                              control.ratio, b.host_probe_us, c.host_probe_us);
     return v;
-  const PerfVerdict control = compare_perf(*b_eager, *c_eager, o);
+  }
+  PerfVerdict v = compare_perf(b, c, o);
   if (control.verdict != Verdict::slower && control.verdict != Verdict::faster) return v;
   v.verdict = Verdict::not_comparable;
   v.reason = fmt::format("the machine ran at another speed: eager, the same code in both, {} x{:.3f} (median {:.4g} "

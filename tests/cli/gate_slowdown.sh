@@ -34,12 +34,13 @@ for i in 1 2 3 4 5; do
   expect 0 "gate: PASS \(exit 0\)" "$parity" gate --cases-dir "$tmp/before" --case $case --perf --cpu --no-color \
     "${base[@]}"
 done
-# A stretch of slow host under one of the two runs makes them NOT-COMPARABLE (their host probes differ) or drops
-# most of one's samples (AMBIGUOUS): the verdict's next step, and this test's, is to measure both again, up to six
-# times (on the CI VM the probe moved 9 -> 15 us between runs for minutes: three undecided runs in a row, twice in
-# five test runs, neither time a SAME or FASTER). SAME or
-# FASTER is never acceptable. The 2x is read at the baseline's host speed, the ratio the verdict judges (the raw one
-# moves with the host: x1.43 raw, x1.72 at the baseline's host speed, seen here).
+# A stretch of slow host under one of the two runs makes them NOT-COMPARABLE (eager, or where eager cannot tell,
+# the host probes, moved) or drops most of one's samples (AMBIGUOUS): the verdict's next step, and this test's, is
+# to measure both again, up to $attempts times (on the CI VM the probe moved 9 -> 15 us between runs for minutes:
+# three undecided runs in a row, twice in five test runs, neither time a SAME or FASTER; here, on a noisy day, 10
+# gates gave 2 SLOWER, 4 NOT-COMPARABLE and 4 AMBIGUOUS before eager replaced the probes). SAME or FASTER is never
+# acceptable. The 2x is read at the baseline's host speed, the ratio the verdict judges (the raw one moves with the
+# host: x1.43 raw, x1.72 at the baseline's host speed, seen here).
 slower="SLOWER $case \[planted:slow\] fwd: x"
 # The slowdown at the baseline's host speed: the raw ratio times the probes' ratio, where the verdict gives one.
 at_base_speed() {
@@ -48,14 +49,22 @@ at_base_speed() {
     if (match($0, /host speed: x[0-9.]+/)) h = substr($0, RSTART + 13, RLENGTH - 13)
     printf "%.3f", r * h }'
 }
-for attempt in 1 2 3 4 5 6; do
+attempts=8
+for attempt in $(seq $attempts); do
   out=$("$parity" gate --cases-dir "$tmp/after" --case $case --perf --cpu --no-color "${base[@]}" 2>&1)
   code=$?
   if [ $code = 1 ] && grep -Eq "$slower" <<<"$out"; then
     ratio=$(at_base_speed "$out")
-    awk -v r="$ratio" 'BEGIN { exit !(r >= 1.6) }' || { printf 'SLOWER, but x%s at the baseline host speed, not ~2x:\n%s\n' "$ratio" "$out"; exit 1; }
-    echo "ok: attempt $attempt: x$ratio at the baseline's host speed: $(grep -E "$slower" <<<"$out")"
-    exit 0
+    if awk -v r="$ratio" 'BEGIN { exit !(r >= 1.6) }'; then
+      echo "ok: attempt $attempt: x$ratio at the baseline's host speed: $(grep -E "$slower" <<<"$out")"
+      exit 0
+    fi
+    # The right verdict at the wrong size: a slow stretch under the baseline's run (x1.35 seen here, eager the
+    # same beside both: its short samples ride out stretches that double a 4 ms region). Measured again like an
+    # undecided verdict; the 2x must still show within the attempts.
+    echo "attempt $attempt: SLOWER but x$ratio at the baseline's host speed, not ~2x; measuring both again"
+    record_baseline
+    continue
   fi
   if [ $code != 0 ] || ! grep -Eq "^(NOT-COMPARABLE|AMBIGUOUS) $case \[planted:slow\]" <<<"$out"; then
     printf 'attempt %s: expected exit 1 and /%s/ (or a NOT-COMPARABLE/AMBIGUOUS to re-measure), got exit %s:\n%s\n' \
@@ -65,5 +74,5 @@ for attempt in 1 2 3 4 5 6; do
   echo "attempt $attempt: $(grep -E "$case \[planted:slow\]" <<<"$out"); measuring both again"
   record_baseline
 done
-echo "no SLOWER verdict in six attempts"
+echo "no SLOWER verdict of ~2x in $attempts attempts"
 exit 1

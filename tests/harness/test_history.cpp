@@ -393,14 +393,16 @@ TEST(RecordsFromResults, SourceHashFromTheDocument) {
 // ---- One step of a perf bisection --------------------------------------------------------------------------
 
 // A results document of one case, its planted path and eager timed (15 samples spread 2% about each median);
-// `eager_source`, when given, is the eager path's source hash in the document.
-nlohmann::json step_doc(double path_ms, double eager_ms, const std::string& eager_source = "") {
-  const auto timed = [](const std::string& path, double median) {
+// `eager_source`, when given, is the eager path's source hash in the document; `probe_us`, when given, the host
+// probe of both timings.
+nlohmann::json step_doc(double path_ms, double eager_ms, const std::string& eager_source = "", double probe_us = 0) {
+  const auto timed = [probe_us](const std::string& path, double median) {
     nlohmann::json e = entry(path, "fwd", median, 15);
     std::vector<double> samples;
     for (int i = 0; i < 15; ++i) samples.push_back(median * (0.98 + 0.04 * i / 14.0));
     e["samples_ms"] = samples, e["q1_ms"] = 0.99 * median, e["q3_ms"] = 1.01 * median, e["min_ms"] = 0.98 * median;
     e["rel_noise"] = 0.01;
+    if (probe_us > 0) e["host_probe_us"] = probe_us;
     return e;
   };
   nlohmann::json c = {{"case", "hc_post/tiny"},
@@ -445,6 +447,28 @@ TEST(GateBaselines, EagerThatMovedOnTheSameCodeMakesThePathNotComparable) {
   EXPECT_EQ(verdict_of_path(step_doc(4.8, 1.0)), Verdict::slower);
   EXPECT_EQ(verdict_of_path(step_doc(4.8, 1.6)), Verdict::not_comparable);
   EXPECT_EQ(verdict_of_path(step_doc(4.8, 1.6, "after")), Verdict::slower);  // eager's code changed: no control
+}
+
+// Eager the same in both runs says the host ran at one speed, whatever the host probes say: the probe moves between
+// processes on its own (history.hpp). Eager itself moving, or too noisy to say, leaves the probes in charge.
+TEST(GateBaselines, EagerTheSameOverridesHostProbesThatMoved) {
+  Baseline b;
+  for (const auto& r : records_from_results(step_doc(3.0, 1.0, "", 4.8))) b.records[r.key()] = r;
+  const auto verdict_of_path = [&](const nlohmann::json& doc) {
+    for (const auto& c : compare_with_baselines(doc, {{"hc_post", b}}))
+      if (c.path == "planted:slow" && c.perf) return *c.perf;
+    ADD_FAILURE() << "no perf verdict for planted:slow";
+    return PerfVerdict{};
+  };
+  PerfVerdict v = verdict_of_path(step_doc(6.0, 1.0, "", 7.2));  // probes x1.5 apart
+  EXPECT_EQ(v.verdict, Verdict::slower) << v.reason;
+  EXPECT_NE(v.reason.find("host probes 4.8 -> 7.2 us not used"), std::string::npos) << v.reason;
+  EXPECT_EQ(verdict_of_path(step_doc(3.0, 1.0, "", 7.2)).verdict, Verdict::same);
+  EXPECT_EQ(verdict_of_path(step_doc(3.0, 1.0, "", 5.4)).verdict, Verdict::same);  // probes x1.125: unused anyway
+  // Without the control (eager's code changed) the same probes refuse the comparison...
+  EXPECT_EQ(verdict_of_path(step_doc(6.0, 1.0, "after", 7.2)).verdict, Verdict::not_comparable);
+  // ...and eager that moved (x1.2: apart, but under the CPU threshold, AMBIGUOUS) tells nothing either.
+  EXPECT_EQ(verdict_of_path(step_doc(6.0, 1.2, "", 7.2)).verdict, Verdict::not_comparable);
 }
 
 TEST_F(HistoryDir, SourceHashFollowsTheFiles) {

@@ -109,10 +109,16 @@ std::string incomparability(const HistoryRecord& baseline, const HistoryRecord& 
 // `reason` gives the numbers; `next` what to do about AMBIGUOUS/NOT-COMPARABLE.
 PerfVerdict compare_perf(const HistoryRecord& baseline, const HistoryRecord& candidate, const VerdictOptions& o = {});
 // compare_perf with the run's control: eager, the naive LibTorch composition timed beside each path in the same run,
-// times the machine, not the kernel. Where both records of eager (same case and direction) are given, carry the same
-// source hash, and come out SLOWER or FASTER, the host ran at another speed between the two runs, and the verdict is
-// NOT-COMPARABLE; seen on a GPU host's CPU: an unchanged path x1.58 with eager x1.36 beside it, while the host probes
-// (cache-resident) moved 1.1x. A null control (either record missing) leaves compare_perf's verdict.
+// times the machine, not the kernel. Where both records of eager (same case and direction) are given and carry the
+// same source hash, eager is judged first, on its samples alone:
+//   SLOWER/FASTER  the host ran at another speed between the two runs: the path is NOT-COMPARABLE (seen on a GPU
+//                  host's CPU: an unchanged path x1.58 with eager x1.36 beside it, the host probes 1.1x apart);
+//   SAME           the host ran at the same speed: the path is judged on its samples alone too, its host probes
+//                  neither refusing nor rescaling it. The probe (8 us, cache-resident) moves between processes on
+//                  its own: on the 2-core VM 4.8 us in some processes and 7.2 in others, 4 gates of 10 refused as
+//                  NOT-COMPARABLE (probes 1.3-1.8x apart) with eager x0.96-1.10 beside the path;
+//   otherwise      compare_perf's verdict, probes included.
+// A null control (either record missing) or eager's code changed leaves compare_perf's verdict.
 PerfVerdict compare_perf_controlled(const HistoryRecord& baseline, const HistoryRecord& candidate,
                                     const HistoryRecord* baseline_eager, const HistoryRecord* candidate_eager,
                                     const VerdictOptions& o = {});
