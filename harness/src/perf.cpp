@@ -298,8 +298,8 @@ void fill_rates(PerfEntry& e, const DeviceCeilings& c) {
   e.pct_flops = 100 * compute_floor_s(e, c) / s;
 }
 
-PerfEntry measure(const Path& p, const Op& op, const Case& c, const DeviceCeilings& ceil, at::Device dev,
-                  const TimingOptions& t) {
+// The entry of a path before it is timed: what it must move and compute.
+PerfEntry costed(const Path& p, const Op& op, const Case& c, at::Device dev, const TimingOptions& t) {
   PerfEntry e;
   e.path = p.name;
   e.direction = p.direction;
@@ -308,17 +308,50 @@ PerfEntry measure(const Path& p, const Op& op, const Case& c, const DeviceCeilin
   e.bytes = cost.bytes;
   e.flops_fp32 = cost.flops_fp32;
   e.flops_tensor = cost.flops_tensor;
-  try {
-    const std::function<void()> call = p.setup();
-    e.timing = time_region(call, dev, t);
-    // After the timing: one-time allocations (cuBLAS workspaces) are then behind it, not in its peak.
-    e.peak_extra_bytes = peak_extra_bytes(call, dev);
-  } catch (const std::exception& ex) {
-    e.error = message(ex);
-    return e;
-  }
-  fill_rates(e, ceil);
   return e;
+}
+
+// On the GPU each path in turn: set up, timed (its SM clock watches the device), its peak memory taken.
+void time_on_gpu(const std::vector<Path>& paths, std::vector<PerfEntry>& entries, at::Device dev,
+                 const TimingOptions& t) {
+  for (size_t i = 0; i < paths.size(); ++i) {
+    try {
+      const std::function<void()> call = paths[i].setup();
+      entries[i].timing = time_region(call, dev, t);
+      // After the timing: one-time allocations (cuBLAS workspaces) are then behind it, not in its peak.
+      entries[i].peak_extra_bytes = peak_extra_bytes(call, dev);
+    } catch (const std::exception& ex) {
+      entries[i].error = message(ex);
+    }
+  }
+}
+
+// On the CPU all paths set up first, then timed together in rounds (time_cpu_regions): eager then saw the host the
+// paths saw, which is what makes it their control.
+void time_on_cpu(const std::vector<Path>& paths, std::vector<PerfEntry>& entries, const TimingOptions& t) {
+  std::vector<std::function<void()>> calls;
+  std::vector<size_t> entry_of;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    try {
+      calls.push_back(paths[i].setup());
+      entry_of.push_back(i);
+    } catch (const std::exception& ex) {
+      entries[i].error = message(ex);
+    }
+  }
+  std::vector<RegionTiming> timed = time_cpu_regions(calls, t);
+  for (size_t k = 0; k < timed.size(); ++k) {
+    PerfEntry& e = entries[entry_of[k]];
+    if (!timed[k].error) {
+      e.timing = std::move(timed[k].timing);  // peak memory stays unknown: the CPU allocator keeps no statistics
+      continue;
+    }
+    try {
+      std::rethrow_exception(timed[k].error);
+    } catch (const std::exception& ex) {
+      e.error = message(ex);
+    }
+  }
 }
 
 void fill_speedups(std::vector<PerfEntry>& entries) {
@@ -346,7 +379,13 @@ std::vector<PerfEntry> time_paths(const Case& c, const Registry& reg, const RunO
   for (const Variant* v : timed_variants(c, reg, opts, dev))
     for (Path& p : variant_paths(op, c, *v, in, grad_out, dev)) paths.push_back(std::move(p));
   std::vector<PerfEntry> entries;
-  for (const Path& p : paths) entries.push_back(measure(p, op, c, ceil, dev, t));
+  for (const Path& p : paths) entries.push_back(costed(p, op, c, dev, t));
+  if (dev.is_cuda())
+    time_on_gpu(paths, entries, dev, t);
+  else
+    time_on_cpu(paths, entries, t);
+  for (PerfEntry& e : entries)
+    if (e.error.empty()) fill_rates(e, ceil);
   return entries;
 }
 

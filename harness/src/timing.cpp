@@ -238,16 +238,65 @@ double host_probe_us() {
   return 1e3 * best;
 }
 
-Timing time_cpu(const std::function<void()>& fn, const TimingOptions& o, Clock::time_point t0) {
-  for (int i = 0; i < o.warmup; ++i) fn();
-  Sampler sampler(o);
-  return sample_until_done(sampler, "cpu", t0, [&](Sampler& s) {
-    const auto start = Clock::now();
-    fn();
-    const double ms = ms_since(start);
-    s.add(ms, 0, host_probe_us());
-  });
+void check_options(const TimingOptions& o) {
+  if (o.mode != "cold" && o.mode != "hot" && o.mode != "graph")
+    throw InputError(fmt::format("timing mode '{}': expected cold, hot or graph", o.mode));
+  if (o.warmup < 0 || o.min_samples < 1 || o.max_samples < o.min_samples || !(o.time_cap_s > 0))
+    throw InputError(fmt::format("timing options: need warmup >= 0, 1 <= min_samples <= max_samples, time_cap > 0 "
+                                 "(got {}, {}, {}, {})",
+                                 o.warmup, o.min_samples, o.max_samples, o.time_cap_s));
 }
+
+}  // namespace
+
+std::vector<RegionTiming> time_cpu_regions(const std::vector<std::function<void()>>& fns, const TimingOptions& o) {
+  check_options(o);
+  const size_t n = fns.size();
+  std::vector<RegionTiming> out(n);
+  std::vector<Sampler> samplers(n, Sampler(o));
+  std::vector<std::string> stopped(n);  // why each region first met the stopping rule; "" while it has not
+  const auto attempt = [&](size_t i, const std::function<void()>& what) {
+    try {
+      what();
+    } catch (...) {
+      out[i].error = std::current_exception();
+    }
+  };
+  const auto t0 = Clock::now();
+  for (size_t i = 0; i < n; ++i)
+    attempt(i, [&] {
+      for (int w = 0; w < o.warmup; ++w) fns[i]();
+    });
+  for (size_t round = 0;; ++round) {
+    // Each region's share of the time so far: the time cap is per region.
+    const double share_s = seconds_since(t0) / double(std::max<size_t>(n, 1));
+    bool going = false;
+    for (size_t i = 0; i < n; ++i) {
+      if (out[i].error) continue;
+      if (stopped[i].empty()) stopped[i] = samplers[i].stop(share_s);
+      going |= stopped[i].empty();
+    }
+    if (!going) break;
+    for (size_t k = 0; k < n; ++k) {
+      const size_t i = (round + k) % n;
+      if (out[i].error || samplers[i].size() >= o.max_samples) continue;
+      attempt(i, [&] {
+        const auto start = Clock::now();
+        fns[i]();
+        const double ms = ms_since(start);
+        samplers[i].add(ms, 0, host_probe_us());
+      });
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (out[i].error) continue;
+    out[i].timing = samplers[i].result("cpu");
+    out[i].timing.stop = stopped[i];
+  }
+  return out;
+}
+
+namespace {
 
 // A buffer of the device's L2 size, written before each cold sample so that the region finds none of its data
 // in L2 (nvbench's l2flush). One per device for the process: allocating it per sample would cost more than most
@@ -371,21 +420,16 @@ Timing time_gpu(const std::function<void()>& fn, at::Device device, const Timing
   return t;
 }
 
-void check_options(const TimingOptions& o) {
-  if (o.mode != "cold" && o.mode != "hot" && o.mode != "graph")
-    throw InputError(fmt::format("timing mode '{}': expected cold, hot or graph", o.mode));
-  if (o.warmup < 0 || o.min_samples < 1 || o.max_samples < o.min_samples || !(o.time_cap_s > 0))
-    throw InputError(fmt::format("timing options: need warmup >= 0, 1 <= min_samples <= max_samples, time_cap > 0 "
-                                 "(got {}, {}, {}, {})",
-                                 o.warmup, o.min_samples, o.max_samples, o.time_cap_s));
-}
-
 }  // namespace
 
 Timing time_region(const std::function<void()>& fn, at::Device device, const TimingOptions& o) {
   check_options(o);
   const auto t0 = Clock::now();
-  if (!device.is_cuda()) return time_cpu(fn, o, t0);
+  if (!device.is_cuda()) {
+    RegionTiming r = std::move(time_cpu_regions({fn}, o).front());
+    if (r.error) std::rethrow_exception(r.error);
+    return r.timing;
+  }
   if (!cuda_available()) throw InputError("time_region: a CUDA device was asked for but none is usable");
   return time_gpu(fn, device, o, t0);
 }

@@ -173,6 +173,47 @@ TEST(CpuTimer, RespectsTheTimeCap) {
   EXPECT_LT(wall, 0.6);  // the cap plus at most one sample, with room for a loaded machine
 }
 
+// Regions timed together take their samples in rounds, each once per round in a rotated order, and each is still
+// timed on its own work.
+TEST(CpuTimer, RegionsTimedTogetherTakeTurns) {
+  std::vector<int> calls;
+  const auto logged = [&](int id, int64_t units) {
+    return [&calls, id, units] {
+      calls.push_back(id);
+      sink = spin(units * spin_unit);
+    };
+  };
+  const TimingOptions o = options(15, 200, 0.02, 10);
+  const std::vector<RegionTiming> r = time_cpu_regions({logged(0, 1), logged(1, 2)}, o);
+  ASSERT_EQ(r.size(), 2u);
+  ASSERT_FALSE(r[0].error || r[1].error);
+  // Rounds go on for both while either samples: both have as many samples.
+  EXPECT_EQ(r[0].timing.n + r[0].timing.dropped_throttled, r[1].timing.n + r[1].timing.dropped_throttled);
+  EXPECT_GE(r[0].timing.n, 15);
+  const std::vector<int> sampled(calls.begin() + 2 * o.warmup, calls.end());
+  ASSERT_EQ(sampled.size() % 2, 0u);
+  for (size_t i = 0; i < sampled.size(); i += 2) {
+    EXPECT_NE(sampled[i], sampled[i + 1]) << "round " << i / 2 << " sampled one region twice";
+    EXPECT_EQ(sampled[i], int((i / 2) % 2)) << "round " << i / 2 << " did not rotate the order";
+  }
+  const double ratio = r[1].timing.median_ms / r[0].timing.median_ms;
+  EXPECT_NEAR(ratio, 2.0, 0.4) << r[0].timing.median_ms << " ms vs " << r[1].timing.median_ms << " ms";
+}
+
+// A region that throws leaves the rotation with its exception; the others are timed in full.
+TEST(CpuTimer, ARegionThatThrowsLeavesTheOthersTimed) {
+  int calls = 0;
+  const auto fails_on_fifth = [&calls] {
+    if (++calls == 5) throw InputError("the fifth call failed");
+  };
+  const std::vector<RegionTiming> r = time_cpu_regions({fails_on_fifth, busy(1)}, options(12, 200, 0.02, 10));
+  ASSERT_TRUE(r[0].error);
+  EXPECT_THROW(std::rethrow_exception(r[0].error), InputError);
+  EXPECT_EQ(calls, 5);
+  EXPECT_FALSE(r[1].error);
+  EXPECT_GE(r[1].timing.n, 12);
+}
+
 TEST(CpuTimer, RejectsBadOptions) {
   TimingOptions o;
   o.mode = "warm";

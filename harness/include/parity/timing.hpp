@@ -16,6 +16,7 @@
 
 #include <ATen/ATen.h>
 
+#include <exception>
 #include <functional>
 #include <optional>
 #include <string>
@@ -35,6 +36,20 @@ struct TimingOptions {
 // Runs `fn` repeatedly on `device` and returns its statistics. `fn` must be safe to call many times.
 // Throws InputError for an unknown mode or a CUDA device when none is usable.
 Timing time_region(const std::function<void()>& fn, at::Device device, const TimingOptions& o = {});
+
+// One region's result from time_cpu_regions: its timing, or what it threw (then the timing is empty).
+struct RegionTiming {
+  Timing timing;
+  std::exception_ptr error;
+};
+
+// CPU regions timed together in rounds, one sample of each in turn with the order rotated every round (asv's rounds,
+// Google Benchmark's random interleaving: harness-practice.md), so that a stretch of slow host falls on all of them
+// alike and eager, the verdicts' control (history.hpp), sees the host the paths saw. Rounds go on for all while any
+// region has not met the stopping rule (each judged on its own samples and its share of the time so far, the time
+// cap being per region). A region that throws leaves the rotation with its exception; the others go on.
+// Throws InputError for bad options.
+std::vector<RegionTiming> time_cpu_regions(const std::vector<std::function<void()>>& fns, const TimingOptions& o = {});
 
 // Median, quartiles and noise of raw samples (shared by GPU and CPU timers and by tests). Readings of how fast the
 // machine ran, one per sample where given (0 = unknown): with SM clocks (MHz), samples taken below 90% of the
