@@ -576,7 +576,9 @@ PerfVerdict compare_perf_controlled(const HistoryRecord& b, const HistoryRecord&
   const PerfVerdict control = compare_perf(without_probe(*b_eager), without_probe(*c_eager), o);
   if (control.verdict == Verdict::same) {
     PerfVerdict v = compare_perf(without_probe(b), without_probe(c), o);
-    if (b.host_probe_us > 0 && c.host_probe_us > 0)
+    // Named only where they would have counted.
+    if (b.host_probe_us > 0 && c.host_probe_us > 0 &&
+        std::max(b.host_probe_us, c.host_probe_us) > kHostProbeNoise * std::min(b.host_probe_us, c.host_probe_us))
       v.reason += fmt::format(" (host speed from eager beside it, the same x{:.3f}; host probes {:.1f} -> {:.1f} us "
                               "not used)",
                               control.ratio, b.host_probe_us, c.host_probe_us);
