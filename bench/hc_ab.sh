@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# bench/hc_ab.sh A B [RUNS] [-- ARGS]: an A/B of two versions of kernels/cuda/hc.cu on the device machine, the method
+# of reports/gpu/2026-11-22-h200-standalone-ab.json. A and B are each a git revision or a directory holding an hc.cu
+# and hc.cuh. bench/hc_cuda_timing.cu is built against each (see checkout), then the two binaries run alternately
+# RUNS times each (default 3; ARGS go to every run: tokens hc hidden), so that both see the same machine; each run
+# prints its table and the output hashes (same hash = same bits). Last, per kernel row, the median over the runs of
+# A and of B, and B/A. Logs and binaries under ${OUT:-/tmp}/hc_ab.
+set -euo pipefail
+[ $# -ge 2 ] || { sed -n '2,8p' "$0"; exit 2; }
+a=$1 b=$2
+shift 2
+runs=3
+if [ $# -gt 0 ] && [ "$1" != "--" ]; then runs=$1; shift; fi
+[ "${1:-}" = "--" ] && shift
+root=$(cd "$(dirname "$0")/.." && pwd)
+work=${OUT:-/tmp}/hc_ab
+mkdir -p "$work"
+
+# The version's kernel (kernels/cuda/hc.cu, hc.cuh) and standalone bench (bench/hc_cuda_timing.cu, cuda_timing.cuh)
+# in a tree of its own, so that each builds against its own launchers. A directory gives the kernel only; the bench
+# is then this checkout's.
+checkout() {
+  local version=$1 dir=$2
+  mkdir -p "$dir/kernels/cuda" "$dir/bench"
+  if [ -d "$version" ]; then
+    cp "$version/hc.cu" "$version/hc.cuh" "$dir/kernels/cuda/"
+    cp "$root/bench/hc_cuda_timing.cu" "$root/bench/cuda_timing.cuh" "$dir/bench/"
+    return
+  fi
+  for f in kernels/cuda/hc.cu kernels/cuda/hc.cuh bench/hc_cuda_timing.cu bench/cuda_timing.cuh; do
+    git -C "$root" show "$version:$f" >"$dir/$f" || { echo "hc_ab: no $f at '$version'"; exit 2; }
+  done
+}
+
+for side in a b; do
+  version=${!side}
+  checkout "$version" "$work/$side"
+  nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a -I"$work/$side" \
+    "$work/$side/bench/hc_cuda_timing.cu" "$work/$side/kernels/cuda/hc.cu" -o "$work/$side/hct"
+done
+
+for r in $(seq "$runs"); do
+  for side in a b; do
+    echo "== run $r, $side (${!side})"
+    "$work/$side/hct" "$@" | tee "$work/$side.run$r.log"
+  done
+done
+
+# Rows are "%-36s %10.4f ...": the kernel's name in the first 36 columns, then its median ms.
+for side in a b; do
+  for r in $(seq "$runs"); do
+    awk -v s="$side" 'length($0) > 47 && substr($0, 37, 11) ~ /^ *[0-9]+\.[0-9]+$/ {
+      name = substr($0, 1, 36); sub(/ +$/, "", name); print s "\t" name "\t" substr($0, 37, 11) + 0 }' \
+      "$work/$side.run$r.log"
+  done
+done | sort -t$'\t' -k2,2 -k1,1 -k3,3n | awk -F'\t' -v a="$a" -v b="$b" '
+  function median(side, key,   n) {
+    n = count[side, key]
+    if (n % 2) return v[side, key, (n + 1) / 2]
+    return (v[side, key, n / 2] + v[side, key, n / 2 + 1]) / 2
+  }
+  { v[$1, $2, ++count[$1, $2]] = $3; if (!($2 in seen)) { seen[$2] = 1; order[++rows] = $2 } }
+  END {
+    printf "\n%-36s %10s %10s %8s   (medians over runs; A = %s, B = %s)\n", "kernel", "A ms", "B ms", "B/A", a, b
+    for (i = 1; i <= rows; ++i) {
+      k = order[i]; ma = median("a", k); mb = median("b", k)
+      printf "%-36s %10.4f %10.4f %8.3f\n", k, ma, mb, (ma > 0 ? mb / ma : 0)
+    }
+  }'
