@@ -73,7 +73,8 @@ nlohmann::json to_json(const DeviceCeilings& c);
 
 // Times the naive LibTorch composition ("eager": Op::reference at the inputs' own dtypes, its autograd
 // backward timed alone) and every variant run_case would run on this device, forward and (when the case runs
-// backward) backward, on the inputs run_case uses. A path that fails is an entry with `error`.
+// backward) backward, on the inputs run_case uses. A path that fails is an entry with `error`. On a GPU the paths are
+// timed one after another; on the CPU together in rounds (time_cpu_regions), so that eager sees the host they saw.
 PerfResult run_perf(const Case& c, const Registry& reg, const RunOptions& opts, const TimingOptions& t);
 
 // Ceilings of the device run_perf times on (the GPU, or the CPU when none is there or force_cpu): GPU: a
