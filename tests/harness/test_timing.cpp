@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <sched.h>
+
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <thread>
@@ -59,6 +62,13 @@ TEST(Summarize, DropsSamplesTakenWhileTheHostRanSlow) {
   const Timing mostly_slow = summarize({1, 1.7, 1.7, 1.7, 1.0}, "cpu", {}, {20, 34, 35, 34, 20.1});
   EXPECT_EQ(mostly_slow.dropped_throttled, 0);
   EXPECT_DOUBLE_EQ(mostly_slow.host_probe_us, 34);
+}
+
+TEST(Summarize, DropsSamplesDuringWhichTheThreadWasPreempted) {
+  const Timing t = summarize({1, 4.7, 1.1, 1}, "cpu", {}, {}, {false, true, false, false});
+  EXPECT_EQ(t.dropped_throttled, 1);
+  EXPECT_EQ(t.samples_ms, (std::vector<double>{1, 1.1, 1}));
+  EXPECT_THROW(summarize({1, 2}, "cpu", {}, {}, {true}), std::invalid_argument);
 }
 
 TEST(Summarize, UnknownClocksDropNothing) {
@@ -212,6 +222,32 @@ TEST(CpuTimer, ARegionThatThrowsLeavesTheOthersTimed) {
   EXPECT_EQ(calls, 5);
   EXPECT_FALSE(r[1].error);
   EXPECT_GE(r[1].timing.n, 12);
+}
+
+// A busy thread pinned to the timing thread's core takes time slices from it: the samples that lost one are
+// dropped, and what is kept is the region's own time.
+TEST(CpuTimer, SamplesThatLostTheCoreToAnotherThreadAreDropped) {
+  const int cpu = sched_getcpu();
+  ASSERT_GE(cpu, 0);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  cpu_set_t before;
+  ASSERT_EQ(sched_getaffinity(0, sizeof before, &before), 0);
+  ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+  const TimingOptions o = options(15, 200, 0.02, 10);
+  const Timing quiet = time_region(busy(4), at::kCPU, o);
+  std::atomic<bool> done{false};
+  std::thread rival([&] {  // started from the pinned thread: pinned to the same core
+    while (!done) sink = spin(1000);
+  });
+  const Timing shared = time_region(busy(4), at::kCPU, o);
+  done = true;
+  rival.join();
+  sched_setaffinity(0, sizeof before, &before);
+  EXPECT_GT(shared.dropped_throttled, 0) << "no sample lost the core to a busy thread pinned beside it";
+  EXPECT_GE(shared.n, 15);
+  EXPECT_LT(shared.median_ms, 1.3 * quiet.median_ms) << quiet.median_ms << " ms alone";
 }
 
 TEST(CpuTimer, RejectsBadOptions) {

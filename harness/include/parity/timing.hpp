@@ -5,7 +5,8 @@
 // enqueues a batch, so launch latency stays outside the events (nvbench's blocking kernel); adaptive sample count (at least min_samples; stop when the
 // relative noise is under target_rel_noise, or the noise estimate has stopped changing, or time_cap_s is spent);
 // the SM clock read per sample where the driver reports it, samples taken while throttled dropped; on the CPU a
-// fixed probe timed after each sample plays the clock's part (samples taken while the host ran slow dropped).
+// fixed probe timed after each sample plays the clock's part (samples taken while the host ran slow dropped), and
+// a sample during which the thread was preempted (an involuntary context switch) is dropped too.
 //
 // GPU regions must do their work on the current stream (ATen ops and Parity's launchers do). An autograd
 // backward runs on the stream its forward ran on: build the graph under the stream the region is timed on.
@@ -53,26 +54,29 @@ std::vector<RegionTiming> time_cpu_regions(const std::vector<std::function<void(
 
 // Median, quartiles and noise of raw samples (shared by GPU and CPU timers and by tests). Readings of how fast the
 // machine ran, one per sample where given (0 = unknown): with SM clocks (MHz), samples taken below 90% of the
-// median clock are dropped; with host probes (us), samples whose probe took longer than the median probe / 0.9.
-// Both count in dropped_throttled.
+// median clock are dropped; with host probes (us), samples whose probe took longer than the median probe / 0.9;
+// with `preempted` flags, the samples during which the timing thread gave its core to another thread (an
+// involuntary context switch: its time then holds another thread's slice). All count in dropped_throttled.
 Timing summarize(std::vector<double> samples_ms, const std::string& mode, const std::vector<double>& clocks_mhz = {},
-                 const std::vector<double>& probes_us = {});
+                 const std::vector<double>& probes_us = {}, const std::vector<bool>& preempted = {});
 
 // The adaptive stopping rule, fed one sample at a time (both timers use it; exposed for tests).
 class Sampler {
  public:
   explicit Sampler(TimingOptions o) : o_(std::move(o)) {}
-  void add(double ms, double clock_mhz = 0, double probe_us = 0);
+  void add(double ms, double clock_mhz = 0, double probe_us = 0, bool preempted = false);
   // Empty while sampling should go on, else why it stops: "noise" ((q3-q1)/median under target),
   // "stable" (the noise estimate moved less than 10% over the last 10 samples), "max_samples", "time_cap".
-  // min_samples counts the samples kept (not dropped as taken while the machine ran slow); max_samples all taken.
+  // min_samples counts the samples kept (not dropped as taken while the machine ran slow or the thread was
+  // preempted); max_samples all taken.
   std::string stop(double elapsed_s) const;
   int size() const { return int(samples_.size()); }  // samples taken
-  Timing result(const std::string& mode) const { return summarize(samples_, mode, clocks_, probes_); }
+  Timing result(const std::string& mode) const { return summarize(samples_, mode, clocks_, probes_, preempted_); }
 
  private:
   TimingOptions o_;
   std::vector<double> samples_, clocks_, probes_;
+  std::vector<bool> preempted_;
   std::vector<double> noise_;  // the noise estimate after each sample (from the 5th kept on; NaN before)
   int kept_ = 0;
 };
