@@ -447,6 +447,12 @@ std::string setup_change(const HistoryRecord& b, const HistoryRecord& c) {
   return "";
 }
 
+// Both host probes known and more than `factor` apart (a ratio).
+bool probes_apart(const HistoryRecord& b, const HistoryRecord& c, double factor) {
+  return b.host_probe_us > 0 && c.host_probe_us > 0 &&
+         std::max(b.host_probe_us, c.host_probe_us) > factor * std::min(b.host_probe_us, c.host_probe_us);
+}
+
 // How fast the machine ran while it was measured: the median SM clock, the median host probe.
 std::string speed_change(const HistoryRecord& b, const HistoryRecord& c) {
   if (b.sm_clock_mhz > 0 && c.sm_clock_mhz > 0 &&
@@ -455,8 +461,7 @@ std::string speed_change(const HistoryRecord& b, const HistoryRecord& c) {
   // The probe's own speed depends on where its buffers landed (physical pages, cache sets): on a quiet 2-core VM
   // its median ranged 7.0-8.1 us over 14 processes while the kernel it accompanied moved 4%. A slow stretch of the
   // host takes it to 1.6-1.9x.
-  if (b.host_probe_us > 0 && c.host_probe_us > 0 &&
-      std::max(b.host_probe_us, c.host_probe_us) > kHostProbeApart * std::min(b.host_probe_us, c.host_probe_us))
+  if (probes_apart(b, c, kHostProbeApart))
     return fmt::format("host probe {:.1f} -> {:.1f} us (more than x{} apart): the CPU ran at another speed",
                        b.host_probe_us, c.host_probe_us, kHostProbeApart);
   return "";
@@ -513,8 +518,7 @@ PerfVerdict compare_perf(const HistoryRecord& b, const HistoryRecord& c, const V
   // speed, and SAME, SLOWER or FASTER stand only where both agree; where they do not, the probe's correction would
   // decide alone, and the verdict is AMBIGUOUS. Probes within kHostProbeNoise correct nothing: their own noise
   // between processes would only blur the verdict (same code, x1.000 as measured, AMBIGUOUS after a x0.94 correction).
-  const double probes = b.host_probe_us > 0 && c.host_probe_us > 0 ? b.host_probe_us / c.host_probe_us : 1;
-  const double host = std::max(probes, 1 / probes) > kHostProbeNoise ? probes : 1;
+  const double host = probes_apart(b, c, kHostProbeNoise) ? b.host_probe_us / c.host_probe_us : 1;
   struct Spread {
     double gap, shift;  // [q1,q3] gap over the baseline median (< 0: the intervals overlap); |median ratio - 1|
     int sign;           // +1 slower, -1 faster
@@ -576,9 +580,7 @@ PerfVerdict compare_perf_controlled(const HistoryRecord& b, const HistoryRecord&
   const PerfVerdict control = compare_perf(without_probe(*b_eager), without_probe(*c_eager), o);
   if (control.verdict == Verdict::same) {
     PerfVerdict v = compare_perf(without_probe(b), without_probe(c), o);
-    // Named only where they would have counted.
-    if (b.host_probe_us > 0 && c.host_probe_us > 0 &&
-        std::max(b.host_probe_us, c.host_probe_us) > kHostProbeNoise * std::min(b.host_probe_us, c.host_probe_us))
+    if (probes_apart(b, c, kHostProbeNoise))  // named only where they would have counted
       v.reason += fmt::format(" (host speed from eager beside it, the same x{:.3f}; host probes {:.1f} -> {:.1f} us "
                               "not used)",
                               control.ratio, b.host_probe_us, c.host_probe_us);

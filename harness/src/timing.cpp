@@ -436,13 +436,13 @@ Timing time_gpu(const std::function<void()>& fn, at::Device device, const Timing
 }  // namespace
 
 Timing time_region(const std::function<void()>& fn, at::Device device, const TimingOptions& o) {
-  check_options(o);
-  const auto t0 = Clock::now();
-  if (!device.is_cuda()) {
+  if (!device.is_cuda()) {  // time_cpu_regions checks the options
     RegionTiming r = std::move(time_cpu_regions({fn}, o).front());
     if (r.error) std::rethrow_exception(r.error);
     return r.timing;
   }
+  check_options(o);
+  const auto t0 = Clock::now();
   if (!cuda_available()) throw InputError("time_region: a CUDA device was asked for but none is usable");
   return time_gpu(fn, device, o, t0);
 }

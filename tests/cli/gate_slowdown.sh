@@ -38,7 +38,7 @@ done
 # the host probes, moved) or drops most of one's samples (AMBIGUOUS): the verdict's next step, and this test's, is
 # to measure both again, up to $attempts times (on the CI VM the probe moved 9 -> 15 us between runs for minutes:
 # three undecided runs in a row, twice in five test runs, neither time a SAME or FASTER; here, on a noisy day, 10
-# gates gave 2 SLOWER, 4 NOT-COMPARABLE and 4 AMBIGUOUS before eager replaced the probes). SAME or FASTER is never
+# gates gave 2 SLOWER, 4 NOT-COMPARABLE, 3 AMBIGUOUS and one SAME before eager replaced the probes). SAME or FASTER is never
 # acceptable. The 2x is read at the baseline's host speed, the ratio the verdict judges (the raw one moves with the
 # host: x1.43 raw, x1.72 at the baseline's host speed, seen here).
 slower="SLOWER $case \[planted:slow\] fwd: x"

@@ -434,41 +434,38 @@ TEST(JudgePerfStep, EagerThatMovedOnTheSameCodeMakesTheStepNotComparable) {
   EXPECT_EQ(v.exit_code, 1) << v.text;
 }
 
+// The gate's perf verdict on the planted path of `candidate` against a baseline made of the results `baseline`.
+PerfVerdict gate_verdict(const nlohmann::json& baseline, const nlohmann::json& candidate) {
+  Baseline b;
+  for (const auto& r : records_from_results(baseline)) b.records[r.key()] = r;
+  for (const auto& c : compare_with_baselines(candidate, {{"hc_post", b}}))
+    if (c.path == "planted:slow" && c.perf) return *c.perf;
+  ADD_FAILURE() << "no perf verdict for planted:slow";
+  return PerfVerdict{};
+}
+
 // The gate's comparison with its baselines takes the same control.
 TEST(GateBaselines, EagerThatMovedOnTheSameCodeMakesThePathNotComparable) {
-  Baseline b;
-  for (const auto& r : records_from_results(step_doc(3.0, 1.0))) b.records[r.key()] = r;
-  const auto verdict_of_path = [&](const nlohmann::json& doc) {
-    for (const auto& c : compare_with_baselines(doc, {{"hc_post", b}}))
-      if (c.path == "planted:slow" && c.perf) return c.perf->verdict;
-    ADD_FAILURE() << "no perf verdict for planted:slow";
-    return Verdict::ambiguous;
-  };
-  EXPECT_EQ(verdict_of_path(step_doc(4.8, 1.0)), Verdict::slower);
-  EXPECT_EQ(verdict_of_path(step_doc(4.8, 1.6)), Verdict::not_comparable);
-  EXPECT_EQ(verdict_of_path(step_doc(4.8, 1.6, "after")), Verdict::slower);  // eager's code changed: no control
+  const nlohmann::json base = step_doc(3.0, 1.0);
+  EXPECT_EQ(gate_verdict(base, step_doc(4.8, 1.0)).verdict, Verdict::slower);
+  EXPECT_EQ(gate_verdict(base, step_doc(4.8, 1.6)).verdict, Verdict::not_comparable);
+  // eager's code changed: no control
+  EXPECT_EQ(gate_verdict(base, step_doc(4.8, 1.6, "after")).verdict, Verdict::slower);
 }
 
 // Eager the same in both runs says the host ran at one speed, whatever the host probes say: the probe moves between
 // processes on its own (history.hpp). Eager itself moving, or too noisy to say, leaves the probes in charge.
 TEST(GateBaselines, EagerTheSameOverridesHostProbesThatMoved) {
-  Baseline b;
-  for (const auto& r : records_from_results(step_doc(3.0, 1.0, "", 4.8))) b.records[r.key()] = r;
-  const auto verdict_of_path = [&](const nlohmann::json& doc) {
-    for (const auto& c : compare_with_baselines(doc, {{"hc_post", b}}))
-      if (c.path == "planted:slow" && c.perf) return *c.perf;
-    ADD_FAILURE() << "no perf verdict for planted:slow";
-    return PerfVerdict{};
-  };
-  PerfVerdict v = verdict_of_path(step_doc(6.0, 1.0, "", 7.2));  // probes x1.5 apart
+  const nlohmann::json base = step_doc(3.0, 1.0, "", 4.8);
+  const PerfVerdict v = gate_verdict(base, step_doc(6.0, 1.0, "", 7.2));  // probes x1.5 apart
   EXPECT_EQ(v.verdict, Verdict::slower) << v.reason;
   EXPECT_NE(v.reason.find("host probes 4.8 -> 7.2 us not used"), std::string::npos) << v.reason;
-  EXPECT_EQ(verdict_of_path(step_doc(3.0, 1.0, "", 7.2)).verdict, Verdict::same);
-  EXPECT_EQ(verdict_of_path(step_doc(3.0, 1.0, "", 5.4)).verdict, Verdict::same);  // probes x1.125: unused anyway
+  EXPECT_EQ(gate_verdict(base, step_doc(3.0, 1.0, "", 7.2)).verdict, Verdict::same);
+  EXPECT_EQ(gate_verdict(base, step_doc(3.0, 1.0, "", 5.4)).verdict, Verdict::same);  // probes x1.125: unused anyway
   // Without the control (eager's code changed) the same probes refuse the comparison...
-  EXPECT_EQ(verdict_of_path(step_doc(6.0, 1.0, "after", 7.2)).verdict, Verdict::not_comparable);
+  EXPECT_EQ(gate_verdict(base, step_doc(6.0, 1.0, "after", 7.2)).verdict, Verdict::not_comparable);
   // ...and eager that moved (x1.2: apart, but under the CPU threshold, AMBIGUOUS) tells nothing either.
-  EXPECT_EQ(verdict_of_path(step_doc(6.0, 1.2, "", 7.2)).verdict, Verdict::not_comparable);
+  EXPECT_EQ(gate_verdict(base, step_doc(6.0, 1.2, "", 7.2)).verdict, Verdict::not_comparable);
 }
 
 TEST_F(HistoryDir, SourceHashFollowsTheFiles) {

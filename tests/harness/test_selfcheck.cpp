@@ -51,7 +51,7 @@ std::vector<HistoryRecord> measure(const std::vector<std::string>& variants) {
     if (t.error) std::rethrow_exception(t.error);
     HistoryRecord& r = records.emplace_back();
     r.case_id = "hc_post/selfcheck";
-    r.path = "cpu:v1";  // planted:slow too: the same key, so the comparison is the timing alone
+    r.path = "cpu:v1";  // every variant under one key, so that the comparison is the timing alone
     r.direction = "fwd";
     r.device = "this machine";
     set_timing(r, t.timing);
