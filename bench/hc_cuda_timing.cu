@@ -17,8 +17,8 @@
 //   hc_pre  fwd total                 0.712      31.8%   (of one pass; x is read twice)
 //   hc_pre  fwd fused                 0.642      35.0%   (x read once; `parity run --perf`, d306270)
 //   hc_pre  bwd reduce / token        0.227 / 0.108
-//   hc_pre  bwd dx_dfn / sums         1.151 / 0.020
-//   hc_pre  bwd total                 1.498      27.2%
+//   hc_pre  bwd dx_dfn / sums         1.151 / 0.020   (0.488 on the tensor cores, mix_bwd_dx_dfn_mma)
+//   hc_pre  bwd total                 1.498      27.2%   (0.839 ms, 47%, with it)
 //   hc_head fwd total                 0.453      49.6%        hc_head fwd                    5.013
 //   hc_head bwd total                 0.782      51.7%        hc_head fwd+bwd               16.579
 // (hc_post bwd: 0.788 ms before its 128-register cap; hc_pre bwd dx_dfn 2.51 ms before token tiles; mix_fwd 0.602
@@ -187,8 +187,8 @@ int main(int argc, char** argv) {
     float* coef = alloc<float>(T * kc::mix_coef_width(kc::MixKind::pre));
     double* gate = alloc<double>(T * kc::mix_gate_width(kc::MixKind::pre));
     float* hist = alloc<float>(kc::sinkhorn_hist_floats(T, H, k.sinkhorn_iters));
-    const int splits = kc::mix_bwd_splits(T, H, D, sms);
-    float* part = alloc<float>(int64_t(splits) * M * HD);
+    const auto splits_of = [&](kc::MixKind kind) { return kc::mix_bwd_splits(kind, kc::Dtype::bf16, T, H, D, sms); };
+    float* part = alloc<float>(int64_t(std::max(splits_of(kc::MixKind::pre), splits_of(kc::MixKind::head))) * M * HD);
     float *gfn = alloc<float>(int64_t(M) * HD), *gbase = alloc<float>(M), *gscale = alloc<float>(3);
     const double params = double(M) * HD * 4, small = T * (M + 2 * H + H * H) * 4.0;
 
@@ -196,6 +196,7 @@ int main(int argc, char** argv) {
       const bool p = kind == kc::MixKind::pre;
       const int m = p ? M : MH;
       const std::string op = p ? "hc_pre" : "hc_head";
+      const int splits = splits_of(kind);
       const double prm = double(m) * HD * 4;
       auto fwd_mix = [&] {
         kc::launch_mix_fn_transpose(kind, fn, fnT, H, D, s);

@@ -237,7 +237,8 @@ void mix_backward(kc::MixKind kind, const std::string& where, const OpContext& c
   float* grad_scale = writable_f32(grads, "scale", p.ns, dev, where);
 
   const at::TensorOptions f32 = p.x.options().dtype(at::kFloat);
-  const int splits = kc::mix_bwd_splits(p.t, hc, k.hidden, at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
+  const int splits = kc::mix_bwd_splits(kind, p.dt, p.t, hc, k.hidden,
+                                        at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
   const at::TensorOptions f64 = p.x.options().dtype(at::kDouble);  // the per-token reductions and gate gradients
   at::Tensor red = at::empty({p.t, 1 + k.hc}, f64);
   at::Tensor coef = at::empty({p.t, kc::mix_coef_width(kind)}, f32);

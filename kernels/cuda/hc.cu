@@ -24,6 +24,10 @@ H = 4 instantiation (ptxas, sm_90a):
   mix_bwd_dx_dfn               grad_x = r g_mix @ fn - c x + pre_h g_y (one rounding) and per-split
                                grad_fn partials (r g_mix)^T x; a thread owns 2 columns of fn
                                                                  pre 168 reg (80-byte spill) / head 146, 2 KB smem
+  mix_bwd_dx_dfn_mma           the same for hc_pre with bf16 streams and hidden % 64 == 0, both products on
+                               mma.sync (coef, fn split into bf16 terms); a CTA owns 64 hidden positions
+                               of all streams, tiles of 16 tokens through a 4-stage cp.async ring
+                                                                                     128 reg, 49 KB dyn smem
   sum_splits, colsum           fixed-order second reductions (grad_fn; grad_base, grad_scale)
   (* hc_post_bwd is capped at 128 registers and spills 28 bytes: faster, see the kernel.)
 
@@ -39,7 +43,9 @@ Speed, H100 80GB HBM3, T = 16384, H = 4, D = 4096, bf16 (bench/hc_cuda_timing.cu
 percentages are one-pass bytes over time, against the copy rate):
   hc_post fwd v1 0.425 ms (95%), hf 0.434 ms (93%), bwd 0.729 ms (87%)
   hc_pre  fwd 0.658 ms (34%: mix_fused_fwd, x read once; it was 0.712 ms = mix_fwd 0.486 FFMA-bound + collapse 0.232)
-  hc_pre  bwd 1.498 ms (27%: reduce 0.227 = 99%, token 0.108, dx_dfn 1.151, sums 0.020)
+  hc_pre  bwd 1.498 ms (27%: reduce 0.227 = 99%, token 0.108, dx_dfn 1.151, sums 0.020); with dx_dfn on the tensor
+          cores (mix_bwd_dx_dfn_mma) 0.839 ms (47%: dx_dfn 1.094 -> 0.488 ms, 79% of the copy rate on its own bytes;
+          A/B in one process, bench/hc_ab.sh, 3 runs each)
   hc_head fwd 0.453 ms (50%), bwd 0.782 ms (52%: dx_dfn 0.539 = 75%)
   PyTorch eager (HF composition, same run kind): hc_post fwd 6.13 ms, fwd+bwd 13.2; hc_pre fwd 5.40, fwd+bwd 18.2;
   hc_head fwd 5.01, fwd+bwd 16.6.
@@ -1516,6 +1522,240 @@ __global__ void __launch_bounds__(kDxThreads, 3)
       for (int e = 0; e < KV; ++e) part[(int64_t(blockIdx.y) * M + m) * K + kk + e] = acc[m][e];
 }
 
+// ---- hc_pre's dx_dfn on the tensor cores (bf16, hidden a multiple of 64) --------------------------------------------
+// The CUDA-core kernel above does 2 x 24 FFMA per element (the H100's fp32 floor alone is ~0.45 ms at V4 dims) and
+// holds fn and the grad_fn sums in registers, 168 of them: 1.09 ms on the H100, a third of the copy rate. Here both
+// products run on mma.sync. A CTA of 8 warps owns 64 hidden positions d0 .. d0 + 63 of all H streams (warp w: stream
+// w / 2, 32 columns), so that g_y, shared by the streams, is read once; it walks a token split in tiles of 16 tokens
+// staged by a kDxStages-deep cp.async ring (x, g_y and the coefficient rows):
+//   grad_x tile [16 tokens x 8 columns] = coef [16 x 24 mixes] @ fn [24 x 8]: m16n8k16 + m16n8k8 (no padding of the
+//     24 mixes), coef and fn each split into two bf16 terms (hi + lo holds 16 significant bits) and the three larger
+//     products chained from zero: each product is within ~2^-16 of the fp32 one, far inside the bf16 rounding of
+//     grad_x; then - c x + pre_h g_y in fp32 and one rounding, as the kernel above.
+//   grad_fn^T [columns x mixes] += x^T [16 columns x 16 tokens] @ coef [16 tokens x 8 mixes]: x is bf16, exact as an
+//     operand (loaded with ldmatrix.trans from the token-major tile), and coef is split exactly into three bf16 terms
+//     (split3), so every product is exact; per tile the three terms chain from zero and the result is added to the
+//     fp32 sums with round-to-nearest (the tensor cores' accumulation truncates: see mma_bf16_split3).
+// Tiles are token-major with the 16-byte chunk c of row r stored at c ^ (r & 7): ldmatrix's 8 row addresses and the
+// epilogue's reads of one word of 8 rows then hit distinct banks. A warp reads only its own chunks of the x tile, so
+// its grad_x goes back into them and leaves in 16-byte stores, 64 bytes of a row together (written from the MMA
+// fragments directly, a 4-byte store per row and 8 columns, half of every 32-byte sector went to L2 unused and
+// L2 throughput bounded the kernel: ncu, H100). Coefficient rows are padded to kDxCoefStride floats so that the
+// grad_fn operand's reads (4 tokens x 8 mixes) hit distinct banks.
+constexpr int kDxMmaThreads = 256, kDxMmaD = 64, kDxMmaTM = 16, kDxStages = 4, kDxCoefStride = 36;
+constexpr int kDxRowBytes = H4 * kDxMmaD * 2, kDxGyRowBytes = kDxMmaD * 2;
+constexpr int kDxStageBytes = kDxMmaTM * (kDxRowBytes + kDxGyRowBytes + kDxCoefStride * 4);
+constexpr size_t kDxMmaSmem = size_t(kDxStages) * kDxStageBytes;
+
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma1688(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(b0));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  const unsigned s = unsigned(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+
+// (w0, w1) = hi + lo with 16 significant bits: out[1] = hi, out[0] = lo.
+__device__ __forceinline__ void split2(float w0, float w1, uint32_t (&out)[2]) {
+  out[1] = pack_bf2(w0, w1);
+  out[0] = pack_bf2(w0 - bf_lo(out[1]), w1 - bf_hi(out[1]));
+}
+
+// Byte offset of the 16-byte chunk c of row r in a swizzled token-major tile with rows of RowBytes.
+template <int RowBytes>
+__device__ __forceinline__ int dx_chunk(int r, int c) { return r * RowBytes + ((c ^ (r & 7)) << 4); }
+
+__global__ void __launch_bounds__(kDxMmaThreads, 2)
+    mix_bwd_dx_dfn_mma_kernel(const bf16* __restrict__ x, const bf16* __restrict__ gy, const float* __restrict__ coef,
+                              const float* __restrict__ fn, bf16* __restrict__ gx, float* __restrict__ part,
+                              int64_t tokens, int H, int D, int M, int64_t per_split) {
+  constexpr int MP = PreKind::MP, CW = PreKind::CW;
+  static_assert(MP == 24, "the mixes are one k16 and one k8 step, three n-tiles of 8");
+  static_assert(kDxMmaThreads == 32 * 2 * H4, "two warps per stream");
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
+  const int K = H * D, d0 = blockIdx.x * kDxMmaD, h = warp >> 1;
+  const bool live = h < H;                          // warps of streams past H only stage tiles
+  const int kw = h * D + d0 + (warp & 1) * 32;      // the warp's first column of x, fn and grad_x
+  const int xc = warp * 4, gc = (warp & 1) * 4;     // its first 16-byte chunk in a row of the x and g_y tiles
+  const int64_t tb = int64_t(blockIdx.y) * per_split;
+  const int64_t te = tb + per_split < tokens ? tb + per_split : tokens;
+  const int tiles = te > tb ? int((te - tb + kDxMmaTM - 1) / kDxMmaTM) : 0;
+  extern __shared__ __align__(16) unsigned char smem[];
+
+  // fn's 4 n-tiles of this warp as B fragments in two terms, for the whole launch: [n-tile][term][k16 0, k16 1, k8].
+  uint32_t fb[4][2][3];
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt) {
+    const float* f = fn + kw + 8 * nt + g;
+    const auto w = [&](int m) { return live && m < M ? __ldg(f + int64_t(m) * K) : 0.f; };
+    const int ms[3] = {2 * q, 2 * q + 8, 2 * q + 16};
+#pragma unroll
+    for (int r = 0; r < 3; ++r) {
+      uint32_t t2[2];
+      split2(w(ms[r]), w(ms[r] + 1), t2);
+      fb[nt][0][r] = t2[0], fb[nt][1][r] = t2[1];
+    }
+  }
+  // grad_fn^T sums: [m-tile of 16 columns][n-tile of 8 mixes][4].
+  float acc[2][3][4] = {};
+
+  // Tile i into ring stage st: 512 x chunks (32 a row: 8 per stream), 128 of g_y and 128 of coefficients.
+  const auto issue = [&](int i, int st) {
+    unsigned char* xs = smem + st * kDxStageBytes;
+    unsigned char* gs = xs + kDxMmaTM * kDxRowBytes;
+    unsigned char* cs = gs + kDxMmaTM * kDxGyRowBytes;
+    const int64_t t0 = tb + int64_t(i) * kDxMmaTM;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int v = tid + j * kDxMmaThreads, r = v >> 5, c = v & 31, s = c >> 3;
+      const bool full = t0 + r < te && s < H;
+      cp_async16(xs + dx_chunk<kDxRowBytes>(r, c), full ? x + (t0 + r) * K + s * D + d0 + 8 * (c & 7) : x, full);
+    }
+    if (tid < 128) {
+      const int r = tid >> 3, c = tid & 7;
+      const bool full = t0 + r < te;
+      cp_async16(gs + dx_chunk<kDxGyRowBytes>(r, c), full ? gy + (t0 + r) * D + d0 + 8 * c : gy, full);
+    } else {
+      const int r = (tid - 128) >> 3, c = tid & 7;
+      const bool full = t0 + r < te;
+      cp_async16(cs + (r * kDxCoefStride + 4 * c) * 4, full ? coef + (t0 + r) * CW + 4 * c : coef, full);
+    }
+  };
+  static_assert(kDxMmaTM * CW / 4 == 128, "coefficient chunks: one per thread of the upper half");
+
+#pragma unroll
+  for (int p = 0; p < kDxStages - 1; ++p) {
+    if (p < tiles) issue(p, p);
+    cp_async_commit();
+  }
+  for (int i = 0; i < tiles; ++i) {
+    cp_async_wait<kDxStages - 2>();
+    __syncthreads();  // tile i has landed; the stage refilled next was last read in tile i - 1
+    if (i + kDxStages - 1 < tiles) issue(i + kDxStages - 1, (i + kDxStages - 1) % kDxStages);
+    cp_async_commit();
+    if (!live) continue;
+    unsigned char* xs = smem + (i % kDxStages) * kDxStageBytes;
+    const unsigned char* gs = xs + kDxMmaTM * kDxRowBytes;
+    const float* cs = reinterpret_cast<const float*>(gs + kDxMmaTM * kDxGyRowBytes);
+
+    // grad_fn: x^T of the warp's two m-tiles (ldmatrix.trans: matrices (columns +0/+8) x (tokens 0-7/8-15)).
+    uint32_t xa[2][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      const int mi = lane >> 3, r = (lane & 7) + 8 * (mi >> 1), c = xc + 2 * mt + (mi & 1);
+      ldmatrix_x4_trans(xa[mt], xs + dx_chunk<kDxRowBytes>(r, c));
+    }
+#pragma unroll
+    for (int nt = 0; nt < 3; ++nt) {
+      const int m = 8 * nt + g;
+      uint32_t b0[3], b1[3];  // tokens (2q, 2q+1) and (2q+8, 2q+9) of mix m, three terms each
+      split3(cs[2 * q * kDxCoefStride + m], cs[(2 * q + 1) * kDxCoefStride + m], b0);
+      split3(cs[(2 * q + 8) * kDxCoefStride + m], cs[(2 * q + 9) * kDxCoefStride + m], b1);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        float d[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int s = 0; s < 3; ++s) mma16816(d, xa[mt], b0[s], b1[s]);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[mt][nt][e] = __fadd_rn(acc[mt][nt][e], d[e]);
+      }
+    }
+
+    // grad_x: coef rows g and g + 8 as A fragments in two terms: mixes 0-15 (k16) and 16-23 (k8).
+    uint32_t ca[2][6];  // [term][k16 a0..a3, k8 a0, a1]
+    {
+      const float* r0 = cs + g * kDxCoefStride + 2 * q;
+      const float* r8 = r0 + 8 * kDxCoefStride;
+      const float2 v[6] = {*reinterpret_cast<const float2*>(r0), *reinterpret_cast<const float2*>(r8),
+                           *reinterpret_cast<const float2*>(r0 + 8), *reinterpret_cast<const float2*>(r8 + 8),
+                           *reinterpret_cast<const float2*>(r0 + 16), *reinterpret_cast<const float2*>(r8 + 16)};
+#pragma unroll
+      for (int j = 0; j < 6; ++j) {
+        uint32_t t2[2];
+        split2(v[j].x, v[j].y, t2);
+        ca[0][j] = t2[0], ca[1][j] = t2[1];
+      }
+    }
+    const float c_lo = cs[g * kDxCoefStride + MP], c_hi = cs[(g + 8) * kDxCoefStride + MP];
+    const float p_lo = cs[g * kDxCoefStride + MP + 1 + h], p_hi = cs[(g + 8) * kDxCoefStride + MP + 1 + h];
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      float d[4] = {0.f, 0.f, 0.f, 0.f};
+      // The small products first: lo x hi and hi x lo of both k-steps, then hi x hi.
+#pragma unroll
+      for (int s = 0; s < 2; ++s) {
+        const uint32_t(&a)[6] = ca[s];
+        const uint32_t(&b)[3] = fb[nt][1 - s];
+        mma16816(d, {a[0], a[1], a[2], a[3]}, b[0], b[1]);
+        mma1688(d, a[4], a[5], b[2]);
+      }
+      mma1688(d, ca[1][4], ca[1][5], fb[nt][1][2]);
+      mma16816(d, {ca[1][0], ca[1][1], ca[1][2], ca[1][3]}, fb[nt][1][0], fb[nt][1][1]);
+      // This lane's word q (columns 2q, 2q+1) of chunk nt, rows g and g + 8: x in, grad_x back in its place.
+      uint32_t* x0 = reinterpret_cast<uint32_t*>(xs + dx_chunk<kDxRowBytes>(g, xc + nt) + 4 * q);
+      uint32_t* x8 = reinterpret_cast<uint32_t*>(xs + dx_chunk<kDxRowBytes>(g + 8, xc + nt) + 4 * q);
+      const uint32_t g0 = *reinterpret_cast<const uint32_t*>(gs + dx_chunk<kDxGyRowBytes>(g, gc + nt) + 4 * q);
+      const uint32_t g8 = *reinterpret_cast<const uint32_t*>(gs + dx_chunk<kDxGyRowBytes>(g + 8, gc + nt) + 4 * q);
+      const uint32_t w0 = *x0, w8 = *x8;
+      *x0 = pack_bf2(fmaf(p_lo, bf_lo(g0), fmaf(-c_lo, bf_lo(w0), d[0])),
+                     fmaf(p_lo, bf_hi(g0), fmaf(-c_lo, bf_hi(w0), d[1])));
+      *x8 = pack_bf2(fmaf(p_hi, bf_lo(g8), fmaf(-c_hi, bf_lo(w8), d[2])),
+                     fmaf(p_hi, bf_hi(g8), fmaf(-c_hi, bf_hi(w8), d[3])));
+    }
+    __syncwarp();
+    // The warp's grad_x tile: 16 rows x 4 chunks, two 16-byte stores a lane.
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int v = lane + 32 * j, r = v >> 2, c = v & 3;
+      const int64_t t = tb + int64_t(i) * kDxMmaTM + r;
+      if (t < te)
+        *reinterpret_cast<uint4*>(gx + t * K + kw + 8 * c) =
+            *reinterpret_cast<const uint4*>(xs + dx_chunk<kDxRowBytes>(r, xc + c));
+    }
+  }
+  cp_async_wait<0>();
+  if (!live) return;
+
+  // acc[mt][nt]: columns 16 mt + g (+8 for e >= 2), mixes 8 nt + 2q (+1 for odd e).
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 3; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int m = 8 * nt + 2 * q + (e & 1), col = kw + 16 * mt + g + 8 * (e >> 1);
+        if (m < M) part[(int64_t(blockIdx.y) * M + m) * K + col] = acc[mt][nt][e];
+      }
+}
+
+// hc_pre's bf16 dx_dfn on the tensor cores: every CTA 64 hidden positions of all streams.
+bool dx_dfn_mma_shape(MixKind kind, Dtype dt, int64_t hidden) {
+  return kind == MixKind::pre && dt == Dtype::bf16 && hidden % kDxMmaD == 0;
+}
+
+// Its shared memory is above the default 48 KB: allowed once per device (a refusal leaves the CUDA-core kernel).
+bool dx_dfn_mma_ready() {
+  static std::mutex mu;
+  static std::map<int, bool> ready;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  const std::lock_guard lock(mu);
+  if (const auto it = ready.find(dev); it != ready.end()) return it->second;
+  const bool ok = cudaFuncSetAttribute(mix_bwd_dx_dfn_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       int(kDxMmaSmem)) == cudaSuccess;
+  cudaGetLastError();
+  return ready[dev] = ok;
+}
+
 __global__ void __launch_bounds__(256) sum_splits_kernel(const float* __restrict__ part, float* __restrict__ out,
                                                          int64_t n, int splits) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
@@ -1604,12 +1844,14 @@ int64_t sinkhorn_hist_floats(int64_t tokens, int hc, int iters) {
   return int64_t(2 * iters - 1) * H4 * H4 * tokens;
 }
 
-int mix_bwd_splits(int64_t tokens, int hc, int64_t hidden, int sm_count) {
+int mix_bwd_splits(MixKind kind, Dtype dt, int64_t tokens, int hc, int64_t hidden, int sm_count) {
   const int64_t k = int64_t(hc) * hidden;
-  const int64_t kblocks = std::max<int64_t>(1, (k + 2 * kDxThreads - 1) / (2 * kDxThreads));
-  // One wave of ~3 resident CTAs per SM (rounding up made a second, nearly empty wave: ~2x the time at V4 dims); a
-  // split of fewer than 32 tokens is not worth its partial row.
-  int64_t splits = 3 * int64_t(std::max(sm_count, 1)) / kblocks;
+  const bool mma = dx_dfn_mma_shape(kind, dt, hidden);
+  const int64_t resident = mma ? 2 : 3;
+  const int64_t kblocks = mma ? hidden / kDxMmaD : std::max<int64_t>(1, (k + 2 * kDxThreads - 1) / (2 * kDxThreads));
+  // One wave of the resident CTAs (rounding up made a second, nearly empty wave: ~2x the time at V4 dims); a split of
+  // fewer than 32 tokens is not worth its partial row.
+  int64_t splits = resident * int64_t(std::max(sm_count, 1)) / kblocks;
   splits = std::min<int64_t>(splits, std::max<int64_t>(1, tokens / 32));
   return int(std::clamp<int64_t>(splits, 1, 64));
 }
@@ -1827,9 +2069,17 @@ void launch_mix_bwd_dx_dfn(MixKind kind, Dtype dt, const void* x, const void* gr
   check_hc(hc);
   const int K = int(hc * hidden);
   if (K == 0) return;
+  const int64_t per_split = std::max<int64_t>(1, (tokens + splits - 1) / splits);
+  if (dx_dfn_mma_shape(kind, dt, hidden) && aligned(x, 16) && aligned(grad_y, 16) && aligned(coef, 16) &&
+      aligned(grad_x, 16) && dx_dfn_mma_ready()) {
+    const dim3 grid(unsigned(hidden / kDxMmaD), unsigned(splits));
+    mix_bwd_dx_dfn_mma_kernel<<<grid, kDxMmaThreads, kDxMmaSmem, stream>>>(
+        static_cast<const bf16*>(x), static_cast<const bf16*>(grad_y), coef, fn, static_cast<bf16*>(grad_x), partial,
+        tokens, hc, int(hidden), mix_rows(kind, hc), per_split);
+    return;
+  }
   const size_t el = dt == Dtype::bf16 ? 2 : 4;
   const bool pair = hidden % 2 == 0 && aligned(x, 2 * el) && aligned(grad_y, 2 * el) && aligned(grad_x, 2 * el);
-  const int64_t per_split = std::max<int64_t>(1, (tokens + splits - 1) / splits);
   with_kind(kind, [&](auto kind_tag) {
     using Kind = decltype(kind_tag);
     with_dtype(dt, [&](auto tag) {

@@ -34,7 +34,8 @@ int mix_scale_count(MixKind kind);           // entries of scale: 3 (pre) or 1 (
 int mix_coef_width(MixKind kind);            // floats per token in `coef`
 int mix_gate_width(MixKind kind);            // doubles per token in `gate_grads` (gate logit grads, then scale terms)
 int64_t sinkhorn_hist_floats(int64_t tokens, int hc, int iters);  // hc_pre backward's Sinkhorn history
-int mix_bwd_splits(int64_t tokens, int hc, int64_t hidden, int sm_count);  // token splits of the grad_fn partials
+// Token splits of the grad_fn partials (depends on which dx_dfn kernel takes the shape).
+int mix_bwd_splits(MixKind kind, Dtype dt, int64_t tokens, int hc, int64_t hidden, int sm_count);
 
 // ---- hc_post -------------------------------------------------------------------------------------------------------
 // out[t,k,:] = post[t,k] x[t,:] + sum_j comb[t,j,k] residual[t,j,:]

@@ -41,6 +41,8 @@ const std::vector<Shape>& shapes() {
       {4, 15, 24, {3, 5}, "leading dims flattened to T"},
       {3, 9, 16, {}, "hc = 3: run-time H below the kernels' register capacity"},
       {2, 33, 64, {}, "hc = 2"},
+      {2, 45, 256, {}, "hc = 2 at hidden 256: hc_pre's bf16 dx_dfn on the tensor cores with 8 of its 24 mixes, the "
+                       "last 16-token tile 13 tokens"},
       {4, 301, 1000, {}, "odd T over three 128-token tiles, hidden not a multiple of 256"},
       {4, 257, 4096, {}, "V4 hidden (K = 16384): bf16 takes the fused forward (17 tiles of 16 tokens, the last one "
                          "token); fp32 256 K-chunks; grad_fn over several token splits"},
