@@ -473,6 +473,13 @@ HistoryRecord without_probe(HistoryRecord r) {
   return r;
 }
 
+// The record's timings times `scale`: what it would have measured on a machine that much slower.
+HistoryRecord at_speed(HistoryRecord r, double scale) {
+  for (double* t : {&r.median_ms, &r.q1_ms, &r.q3_ms, &r.min_ms}) *t *= scale;
+  for (double& t : r.samples_ms) t *= scale;
+  return r;
+}
+
 }  // namespace
 
 std::string incomparability(const HistoryRecord& b, const HistoryRecord& c) {
@@ -588,6 +595,17 @@ PerfVerdict compare_perf_controlled(const HistoryRecord& b, const HistoryRecord&
   }
   PerfVerdict v = compare_perf(b, c, o);
   if (control.verdict != Verdict::slower && control.verdict != Verdict::faster) return v;
+  // A change of the path's own shows beyond what the machine did to eager: judged on its samples as measured and at
+  // eager's speed, both agreeing, and more than kBeyondControl times eager's shift (in log).
+  PerfVerdict own = compare_perf(without_probe(b), without_probe(c), o);
+  if ((own.verdict == Verdict::slower || own.verdict == Verdict::faster) &&
+      std::abs(std::log(own.ratio)) > kBeyondControl * std::abs(std::log(control.ratio)) &&
+      compare_perf(without_probe(b), without_probe(at_speed(c, 1 / control.ratio)), o).verdict == own.verdict) {
+    own.reason += fmt::format("; beyond the machine's own change (eager, the same code in both, {} x{:.3f}): x{:.3f} "
+                              "at eager's speed",
+                              verdict_name(control.verdict), control.ratio, own.ratio / control.ratio);
+    return own;
+  }
   v.verdict = Verdict::not_comparable;
   v.reason = fmt::format("the machine ran at another speed: eager, the same code in both, {} x{:.3f} (median {:.4g} "
                          "-> {:.4g} ms)",

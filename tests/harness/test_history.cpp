@@ -453,6 +453,23 @@ TEST(GateBaselines, EagerThatMovedOnTheSameCodeMakesThePathNotComparable) {
   EXPECT_EQ(gate_verdict(base, step_doc(4.8, 1.6, "after")).verdict, Verdict::slower);
 }
 
+// A path that moved far beyond eager is judged all the same; one that moved about as eager did, or up to twice its
+// shift (the unchanged path seen at x1.58 beside eager's x1.36), is not.
+TEST(GateBaselines, APathThatMovedBeyondEagerIsJudged) {
+  const nlohmann::json base = step_doc(3.0, 1.0);
+  const PerfVerdict v = gate_verdict(base, step_doc(1.0, 0.7));  // x0.333 beside eager's x0.7
+  EXPECT_EQ(v.verdict, Verdict::faster) << v.reason;
+  EXPECT_NE(v.reason.find("beyond the machine's own change (eager, the same code in both, FASTER x0.700): x0.476 at "
+                          "eager's speed"),
+            std::string::npos)
+      << v.reason;
+  EXPECT_EQ(gate_verdict(base, step_doc(9.0, 1.4)).verdict, Verdict::slower);
+  EXPECT_EQ(gate_verdict(base, step_doc(2.1, 0.7)).verdict, Verdict::not_comparable);
+  EXPECT_EQ(gate_verdict(base, step_doc(4.74, 1.36)).verdict, Verdict::not_comparable);
+  // Faster as measured but slower at eager's speed: the machine's change decides, not the path.
+  EXPECT_EQ(gate_verdict(base, step_doc(2.0, 0.55)).verdict, Verdict::not_comparable);
+}
+
 // Eager the same in both runs says the host ran at one speed, whatever the host probes say: the probe moves between
 // processes on its own (history.hpp). Eager itself moving, or too noisy to say, leaves the probes in charge.
 TEST(GateBaselines, EagerTheSameOverridesHostProbesThatMoved) {

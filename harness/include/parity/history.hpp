@@ -89,6 +89,9 @@ constexpr double kHostProbeApart = 1.3;
 // Host probes closer than this say nothing of the host's speed: on a quiet 2-core VM one probe's median ranged
 // 7.0-8.1 us over 14 processes (timing.cpp), so within 1.16x the candidate is judged as measured.
 constexpr double kHostProbeNoise = 1.16;
+// How far beyond eager's shift (a factor on |log ratio|) a path must move to be judged while eager moved: the host's
+// change reached an unchanged path at up to ~1.5x eager's log shift (x1.58 beside x1.36).
+constexpr double kBeyondControl = 2.0;
 
 // Why two timings cannot be compared (device, driver, build type or timing mode changed, SM clocks more than 5%
 // apart or host probes more than kHostProbeApart, where both are known); empty when they can.
@@ -112,7 +115,10 @@ PerfVerdict compare_perf(const HistoryRecord& baseline, const HistoryRecord& can
 // times the machine, not the kernel. Where both records of eager (same case and direction) are given and carry the
 // same source hash, eager is judged first, on its samples alone:
 //   SLOWER/FASTER  the host ran at another speed between the two runs: the path is NOT-COMPARABLE (seen on a GPU
-//                  host's CPU: an unchanged path x1.58 with eager x1.36 beside it, the host probes 1.1x apart);
+//                  host's CPU: an unchanged path x1.58 with eager x1.36 beside it, the host probes 1.1x apart),
+//                  unless it moved beyond the machine: SLOWER/FASTER on its samples alone, the same at eager's speed
+//                  (its timings divided by eager's ratio), and more than kBeyondControl times eager's shift in log
+//                  (hc_pre bwd x0.586 with its dx_dfn on the tensor cores, eager x0.928 beside it: H100 instances);
 //   SAME           the host ran at the same speed: the path is judged on its samples alone too, its host probes
 //                  neither refusing nor rescaling it. The probe (8 us, cache-resident) moves between processes on
 //                  its own: on the 2-core VM 4.8 us in some processes and 7.2 in others, 4 gates of 10 refused as
