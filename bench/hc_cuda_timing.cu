@@ -18,7 +18,7 @@
 //   hc_pre  fwd fused                 0.642      35.0%   (x read once; `parity run --perf`, d306270)
 //   hc_pre  bwd reduce / token        0.227 / 0.108
 //   hc_pre  bwd dx_dfn / sums         1.151 / 0.020   (0.488 on the tensor cores, mix_bwd_dx_dfn_mma)
-//   hc_pre  bwd total                 1.498      27.2%   (0.839 ms, 47%, with it)
+//   hc_pre  bwd total                 1.498      27.2%   (0.839 ms, 48%, with it)
 //   hc_head fwd total                 0.453      49.6%        hc_head fwd                    5.013
 //   hc_head bwd total                 0.782      51.7%        hc_head fwd+bwd               16.579
 // (hc_post bwd: 0.788 ms before its 128-register cap; hc_pre bwd dx_dfn 2.51 ms before token tiles; mix_fwd 0.602
