@@ -63,7 +63,7 @@ H200 (copy 4.24 TB/s), same shape, at aa40574 (standalone): hc_post fwd 0.313 ms
 #include <mutex>
 #include <stdexcept>
 #include <string>
-#include <tuple>
+#include <utility>
 #include <type_traits>
 
 namespace parity::hc::cuda {
@@ -1033,10 +1033,17 @@ __device__ __forceinline__ void cluster_arrive_relaxed() {
 // Release only: the acquire half of fence.acq_rel also invalidates L1 (ncu: CCTL.IVALL), which the wait provides.
 __device__ __forceinline__ void cluster_fence() { asm volatile("fence.release.cluster;\n" ::: "memory"); }
 
-// acc += A (B_lo + B_mid + B_hi), fn's three bf16 terms (split3) chained on the tensor cores from zero, the small
-// terms first, then added to acc with round-to-nearest. The tensor cores' fp32 accumulation rounds toward zero: run
-// through acc itself (C = acc) it truncated the running sum at every step, a bias that does not average out (the
-// mixes came out shrunk by a few 1e-7, and grad/scale, whose per-token terms cancel ~360x, inherited it as tens of
+// d += A B on the tensor cores (bf16 operands, fp32 accumulation).
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// acc += A (B_lo + B_mid + B_hi), fn's three bf16 terms (split_terms<3>) chained on the tensor cores from zero, the
+// small terms first, then added to acc with round-to-nearest. The tensor cores' fp32 accumulation rounds toward
+// zero: run through acc itself (C = acc) it truncated the running sum at every step, a bias that does not average out
+// (the mixes came out shrunk by a few 1e-7, and grad/scale, whose per-token terms cancel ~360x, inherited it as tens of
 // ULP: hc_pre/v4_width on the H100). Chained from zero per 16-element k-step, the truncations are relative to that
 // step's own sum: the lo and mid products (2^-16 and 2^-8 of it) lose bits of their own size only, and the hi
 // product's truncation is the one a separate MMA had, with a third of the round-to-nearest adds.
@@ -1045,21 +1052,20 @@ __device__ __forceinline__ void mma_bf16_split3(float (&acc)[4], const uint32_t 
                                                 int half) {
   float d[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-  for (int i = 0; i < 3; ++i)
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[i][2 * half]), "r"(b[i][2 * half + 1]));
+  for (int i = 0; i < 3; ++i) mma16816(d, a, b[i][2 * half], b[i][2 * half + 1]);
 #pragma unroll
   for (int e = 0; e < 4; ++e) acc[e] = __fadd_rn(acc[e], d[e]);
 }
 
-// w = hi + mid + lo exactly (bf16 has fp32's exponent range; each step takes 8 significant bits off the remainder).
-__device__ __forceinline__ void split3(float w0, float w1, uint32_t (&out)[3]) {
+// (w0, w1) as N bf16 terms, the largest in out[N-1] (the chains add the small terms first): each step takes 8
+// significant bits off the remainder (bf16 has fp32's exponent range), so three terms hold an fp32 value exactly and
+// two hold 16 significant bits.
+template <int N>
+__device__ __forceinline__ void split_terms(float w0, float w1, uint32_t (&out)[N]) {
 #pragma unroll
-  for (int i = 2; i >= 0; --i) {
+  for (int i = N - 1; i >= 0; --i) {
     const uint32_t p = pack_bf2(w0, w1);
-    out[i] = p;  // out[2] = hi, out[1] = mid, out[0] = lo: the chain adds the small terms first
+    out[i] = p;
     w0 -= bf_lo(p), w1 -= bf_hi(p);
   }
 }
@@ -1110,7 +1116,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
 #pragma unroll
       for (int p = 0; p < 4; ++p) {
         uint32_t t3[3];
-        split3(w[2 * p], w[2 * p + 1], t3);
+        split_terms(w[2 * p], w[2 * p + 1], t3);
 #pragma unroll
         for (int i = 0; i < 3; ++i) fb[j][nt][i][p] = t3[i];
       }
@@ -1534,8 +1540,8 @@ __global__ void __launch_bounds__(kDxThreads, 3)
 //     grad_x; then - c x + pre_h g_y in fp32 and one rounding, as the kernel above.
 //   grad_fn^T [columns x mixes] += x^T [16 columns x 16 tokens] @ coef [16 tokens x 8 mixes]: x is bf16, exact as an
 //     operand (loaded with ldmatrix.trans from the token-major tile), and coef is split exactly into three bf16 terms
-//     (split3), so every product is exact; per tile the three terms chain from zero and the result is added to the
-//     fp32 sums with round-to-nearest (the tensor cores' accumulation truncates: see mma_bf16_split3).
+//     (split_terms<3>), so every product is exact; per tile the three terms chain from zero and the result is added to
+//     the fp32 sums with round-to-nearest (the tensor cores' accumulation truncates: see mma_bf16_split3).
 // Tiles are token-major with the 16-byte chunk c of row r stored at c ^ (r & 7): ldmatrix's 8 row addresses and the
 // epilogue's reads of one word of 8 rows then hit distinct banks. A warp reads only its own chunks of the x tile, so
 // its grad_x goes back into them and leaves in 16-byte stores, 64 bytes of a row together (written from the MMA
@@ -1547,11 +1553,6 @@ constexpr int kDxRowBytes = H4 * kDxMmaD * 2, kDxGyRowBytes = kDxMmaD * 2;
 constexpr int kDxStageBytes = kDxMmaTM * (kDxRowBytes + kDxGyRowBytes + kDxCoefStride * 4);
 constexpr size_t kDxMmaSmem = size_t(kDxStages) * kDxStageBytes;
 
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 __device__ __forceinline__ void mma1688(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
   asm("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -1562,12 +1563,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(s));
-}
-
-// (w0, w1) = hi + lo with 16 significant bits: out[1] = hi, out[0] = lo.
-__device__ __forceinline__ void split2(float w0, float w1, uint32_t (&out)[2]) {
-  out[1] = pack_bf2(w0, w1);
-  out[0] = pack_bf2(w0 - bf_lo(out[1]), w1 - bf_hi(out[1]));
 }
 
 // Byte offset of the 16-byte chunk c of row r in a swizzled token-major tile with rows of RowBytes.
@@ -1601,7 +1596,7 @@ __global__ void __launch_bounds__(kDxMmaThreads, 2)
 #pragma unroll
     for (int r = 0; r < 3; ++r) {
       uint32_t t2[2];
-      split2(w(ms[r]), w(ms[r] + 1), t2);
+      split_terms(w(ms[r]), w(ms[r] + 1), t2);
       fb[nt][0][r] = t2[0], fb[nt][1][r] = t2[1];
     }
   }
@@ -1658,8 +1653,8 @@ __global__ void __launch_bounds__(kDxMmaThreads, 2)
     for (int nt = 0; nt < 3; ++nt) {
       const int m = 8 * nt + g;
       uint32_t b0[3], b1[3];  // tokens (2q, 2q+1) and (2q+8, 2q+9) of mix m, three terms each
-      split3(cs[2 * q * kDxCoefStride + m], cs[(2 * q + 1) * kDxCoefStride + m], b0);
-      split3(cs[(2 * q + 8) * kDxCoefStride + m], cs[(2 * q + 9) * kDxCoefStride + m], b1);
+      split_terms(cs[2 * q * kDxCoefStride + m], cs[(2 * q + 1) * kDxCoefStride + m], b0);
+      split_terms(cs[(2 * q + 8) * kDxCoefStride + m], cs[(2 * q + 9) * kDxCoefStride + m], b1);
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
         float d[4] = {0.f, 0.f, 0.f, 0.f};
@@ -1681,7 +1676,7 @@ __global__ void __launch_bounds__(kDxMmaThreads, 2)
 #pragma unroll
       for (int j = 0; j < 6; ++j) {
         uint32_t t2[2];
-        split2(v[j].x, v[j].y, t2);
+        split_terms(v[j].x, v[j].y, t2);
         ca[0][j] = t2[0], ca[1][j] = t2[1];
       }
     }
@@ -1742,18 +1737,28 @@ bool dx_dfn_mma_shape(MixKind kind, Dtype dt, int64_t hidden) {
   return kind == MixKind::pre && dt == Dtype::bf16 && hidden % kDxMmaD == 0;
 }
 
+// What `ask` answers for the current device and `key`, asked once (kernel attributes are set per device); 0 where no
+// device is current. A refusal inside `ask` is an answer, not an error for the next launch.
+template <typename Key, typename Ask>
+int once_per_device(const Key& key, Ask&& ask) {
+  static std::mutex mu;
+  static std::map<std::pair<int, Key>, int> cache;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+  const std::lock_guard lock(mu);
+  const auto at = std::make_pair(dev, key);
+  if (const auto it = cache.find(at); it != cache.end()) return it->second;
+  const int answer = ask();
+  cudaGetLastError();
+  return cache[at] = answer;
+}
+
 // Its shared memory is above the default 48 KB: allowed once per device (a refusal leaves the CUDA-core kernel).
 bool dx_dfn_mma_ready() {
-  static std::mutex mu;
-  static std::map<int, bool> ready;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return false;
-  const std::lock_guard lock(mu);
-  if (const auto it = ready.find(dev); it != ready.end()) return it->second;
-  const bool ok = cudaFuncSetAttribute(mix_bwd_dx_dfn_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       int(kDxMmaSmem)) == cudaSuccess;
-  cudaGetLastError();
-  return ready[dev] = ok;
+  return once_per_device(0, [] {
+    return int(cudaFuncSetAttribute(mix_bwd_dx_dfn_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(kDxMmaSmem)) == cudaSuccess);
+  });
 }
 
 __global__ void __launch_bounds__(256) sum_splits_kernel(const float* __restrict__ part, float* __restrict__ out,
@@ -1960,27 +1965,20 @@ void with_fused(MixKind kind, int64_t hidden, F&& f) {
 }  // namespace
 
 int mix_fused_fwd_clusters(MixKind kind, int64_t hidden) {
-  static std::mutex mu;
-  static std::map<std::tuple<int, int, int64_t>, int> cache;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return 0;
-  const std::lock_guard lock(mu);
-  const auto key = std::make_tuple(dev, int(kind), hidden);
-  if (const auto it = cache.find(key); it != cache.end()) return it->second;
-  int n = 0;
-  with_fused(kind, hidden, [&](auto kind_tag, auto bpw) {
-    using Kind = decltype(kind_tag);
-    auto kernel = mix_fused_fwd_kernel<Kind, decltype(bpw)::value>;
-    const int smem = int(mix_fused_smem_bytes<Kind::MP, decltype(bpw)::value>());
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
-      return;
-    const FusedLaunch launch(1, size_t(smem), nullptr);
-    if (cudaOccupancyMaxActiveClusters(&n, kernel, &launch.cfg) != cudaSuccess) n = 0;
+  return once_per_device(std::make_pair(int(kind), hidden), [&] {
+    int n = 0;
+    with_fused(kind, hidden, [&](auto kind_tag, auto bpw) {
+      using Kind = decltype(kind_tag);
+      auto kernel = mix_fused_fwd_kernel<Kind, decltype(bpw)::value>;
+      const int smem = int(mix_fused_smem_bytes<Kind::MP, decltype(bpw)::value>());
+      if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
+        return;
+      const FusedLaunch launch(1, size_t(smem), nullptr);
+      if (cudaOccupancyMaxActiveClusters(&n, kernel, &launch.cfg) != cudaSuccess) n = 0;
+    });
+    return n;  // 0: no fused path here
   });
-  cudaGetLastError();  // a refusal above is an answer (no fused path here), not an error for the next launch
-  cache[key] = n;
-  return n;
 }
 
 bool mix_fused_fwd_fits(MixKind kind, Dtype dt, const void* x, const void* y, int hc, int64_t hidden) {
