@@ -585,26 +585,26 @@ PerfVerdict compare_perf_controlled(const HistoryRecord& b, const HistoryRecord&
     return compare_perf(b, c, o);
   // Eager is judged on its samples alone: its probes are the ones that mislead (see the header).
   const PerfVerdict control = compare_perf(without_probe(*b_eager), without_probe(*c_eager), o);
-  if (control.verdict == Verdict::same) {
-    PerfVerdict v = compare_perf(without_probe(b), without_probe(c), o);
+  const bool moved = control.verdict == Verdict::slower || control.verdict == Verdict::faster;
+  if (control.verdict != Verdict::same && !moved) return compare_perf(b, c, o);
+  // Eager the same or moved: the path is judged on its samples alone, eager standing in for the host probes.
+  PerfVerdict v = compare_perf(without_probe(b), without_probe(c), o);
+  if (!moved) {
     if (probes_apart(b, c, kHostProbeNoise))  // named only where they would have counted
       v.reason += fmt::format(" (host speed from eager beside it, the same x{:.3f}; host probes {:.1f} -> {:.1f} us "
                               "not used)",
                               control.ratio, b.host_probe_us, c.host_probe_us);
     return v;
   }
-  PerfVerdict v = compare_perf(b, c, o);
-  if (control.verdict != Verdict::slower && control.verdict != Verdict::faster) return v;
-  // A change of the path's own shows beyond what the machine did to eager: judged on its samples as measured and at
-  // eager's speed, both agreeing, and more than kBeyondControl times eager's shift (in log).
-  PerfVerdict own = compare_perf(without_probe(b), without_probe(c), o);
-  if ((own.verdict == Verdict::slower || own.verdict == Verdict::faster) &&
-      std::abs(std::log(own.ratio)) > kBeyondControl * std::abs(std::log(control.ratio)) &&
-      compare_perf(without_probe(b), without_probe(at_speed(c, 1 / control.ratio)), o).verdict == own.verdict) {
-    own.reason += fmt::format("; beyond the machine's own change (eager, the same code in both, {} x{:.3f}): x{:.3f} "
-                              "at eager's speed",
-                              verdict_name(control.verdict), control.ratio, own.ratio / control.ratio);
-    return own;
+  // Eager moved. A change of the path's own shows beyond what the machine did to eager: judged on its samples as
+  // measured and at eager's speed, both agreeing, and more than kBeyondControl times eager's shift (in log).
+  if ((v.verdict == Verdict::slower || v.verdict == Verdict::faster) &&
+      std::abs(std::log(v.ratio)) > kBeyondControl * std::abs(std::log(control.ratio)) &&
+      compare_perf(without_probe(b), without_probe(at_speed(c, 1 / control.ratio)), o).verdict == v.verdict) {
+    v.reason += fmt::format("; beyond the machine's own change (eager, the same code in both, {} x{:.3f}): x{:.3f} "
+                            "at eager's speed",
+                            verdict_name(control.verdict), control.ratio, v.ratio / control.ratio);
+    return v;
   }
   v.verdict = Verdict::not_comparable;
   v.reason = fmt::format("the machine ran at another speed: eager, the same code in both, {} x{:.3f} (median {:.4g} "
