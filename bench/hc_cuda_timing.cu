@@ -230,8 +230,10 @@ int main(int argc, char** argv) {
       if (kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, x, y, H, D)) {
         // What the fused forward wrote, hashed: a change to the kernel that keeps its results prints the same hash.
         kc::launch_mix_fused_fwd(kind, x, fn, base, scale, mixes, pre, y, T, H, D, k, s);
-        std::printf("%s fused forward: y, mixes, pre hash %016llx\n", op.c_str(),
-                    (unsigned long long)device_hash({{y, T * D * 2}, {mixes, T * m * 4}, {pre, T * H * 4}}));
+        if (p) kc::launch_mix_post_comb(mixes, base, scale, post, comb, T, H, k, s);
+        std::printf("%s fused forward: y, mixes, pre hash %016llx, post, comb hash %016llx\n", op.c_str(),
+                    (unsigned long long)device_hash({{y, T * D * 2}, {mixes, T * m * 4}, {pre, T * H * 4}}),
+                    (unsigned long long)(p ? device_hash({{post, T * H * 4}, {comb, T * H * H * 4}}) : 0));
       }
       fwd_mix();
       rows.push_back({op + " bwd: reduce", time_ms(bwd_reduce), (T * HD + T * D) * e});
@@ -242,9 +244,11 @@ int main(int argc, char** argv) {
                       (2 * T * HD + T * D) * e + 2 * prm + 2 * (p ? small : T * 2 * H * 4.0)});
       // What the backward wrote: a change to its kernels that keeps their results prints the same hashes (grad_fn's
       // fp32 sums also depend on the token splits).
-      std::printf("%s backward: grad_x hash %016llx, grad_fn hash %016llx (%d splits)\n", op.c_str(),
-                  (unsigned long long)device_hash({{gx, T * HD * 2}}),
-                  (unsigned long long)device_hash({{gfn, int64_t(m) * HD * 4}}), splits);
+      std::printf("%s backward: grad_x hash %016llx, grad_fn hash %016llx (%d splits), grad_base, grad_scale hash "
+                  "%016llx\n",
+                  op.c_str(), (unsigned long long)device_hash({{gx, T * HD * 2}}),
+                  (unsigned long long)device_hash({{gfn, int64_t(m) * HD * 4}}), splits,
+                  (unsigned long long)device_hash({{gbase, m * 4}, {gscale, (p ? 3 : 1) * 4}}));
     }
     (void)params;
   }

@@ -17,10 +17,11 @@ H = 4 instantiation (ptxas, sm_90a):
   mix_fused_fwd<Pre|Head>      forward in one pass over x (bf16, hc 4, hidden 2048/4096, Hopper): mixes
                                on the tensor cores (fn split exactly into 3 bf16 terms), pre, collapse; a
                                cluster of 16 CTAs per tile of 16 tokens, fp64 cross-warp/CTA sums   128 reg, 225 KB smem
-  mix_post_comb                post and comb (Sinkhorn) from the mixes, after mix_fused_fwd    thread/token 40 reg
+  mix_post_comb<H>             post and comb (Sinkhorn) from the mixes, after mix_fused_fwd    thread/token 47 reg
   mix_bwd_reduce               per token: sum x^2 and g_pre_h = <g_y, x_h> (fp64 sums)         warp/token   94 reg
-  mix_bwd_token<Pre|Head>      per token: sigmoid / Sinkhorn backward (forward recomputed, stages kept
-                               in a global workspace) -> coefficients of the linear+norm backward  thread/token 96 reg
+  mix_bwd_token<Pre|Head, H>   per token: sigmoid / Sinkhorn backward (forward recomputed, stages kept
+                               in a global workspace) -> coefficients of the linear+norm backward; the
+                               Sinkhorn's divisions share a reciprocal per line (divide)     thread/token 96 reg*
   mix_bwd_dx_dfn               grad_x = r g_mix @ fn - c x + pre_h g_y (one rounding) and per-split
                                grad_fn partials (r g_mix)^T x; a thread owns 2 columns of fn
                                                                  pre 168 reg (80-byte spill) / head 146, 2 KB smem
@@ -29,7 +30,8 @@ H = 4 instantiation (ptxas, sm_90a):
                                of all streams, tiles of 16 tokens through a 4-stage cp.async ring
                                                                                      128 reg, 49 KB dyn smem
   sum_splits, colsum           fixed-order second reductions (grad_fn; grad_base, grad_scale)
-  (* hc_post_bwd is capped at 128 registers and spills 28 bytes: faster, see the kernel.)
+  (* hc_post_bwd is capped at 128 registers and spills 28 bytes: faster, see the kernel. mix_bwd_token<Pre, 4>
+     spills 16 bytes, outside the Sinkhorn loops.)
 
 Numerics: every sum is fp32 in a fixed order, with no atomics, so each launch is bitwise deterministic for a given
 device and shape. Streams are bf16 or fp32; H (hc) is a run-time value <= kMaxHc: register arrays are sized for
@@ -363,6 +365,44 @@ __device__ __forceinline__ float sigmoid(float z) { return 1.f / (1.f + expf(-z)
 
 using Mat = float[H4][H4];
 
+// Division of several numerators by one denominator, bit for bit as `/` (div.rn.f32) divides. nvcc expands each `/`
+// into MUFU.RCP, a Newton step for the reciprocal, q = a r and one correction, under a range check (FCHK) that sends
+// operands near the ends of the exponent range to a slow path: every division becomes a branch of its own, and a
+// thread's divisions run one after another. Here the reciprocal is formed once, the quotients and corrections are
+// independent instructions, and one check covers the line: with every operand's magnitude within [2^-60, 2^60], no
+// reciprocal, quotient or remainder leaves the normal range, where that expansion is exact; otherwise (zeros, NaN,
+// the extremes) the numerators go through `/`. Checked against `/` on an H100: 35e9 random quotients, 0 differ; the
+// GPU test HcSinkhornDivide checks it against the CPU's IEEE division on every run.
+constexpr uint32_t kDivideLo = (127u - 60) << 23, kDivideHi = (127u + 60) << 23;  // the bits of 2^-60 and 2^60
+__device__ __forceinline__ uint32_t magnitude_bits(float x) { return __float_as_uint(x) & 0x7fffffffu; }
+
+// elem(k) = elem(k) / den for k < n (n <= N).
+template <int N, typename Elem>
+__device__ __forceinline__ void divide(float den, int n, Elem&& elem) {
+  float r0;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r0) : "f"(den));
+  const float r = fmaf(r0, fmaf(-den, r0, 1.f), r0);
+  uint32_t lo = magnitude_bits(den), hi = lo;
+  float q[N];
+#pragma unroll
+  for (int k = 0; k < N; ++k)
+    if (k < n) {
+      const float a = elem(k);
+      lo = min(lo, magnitude_bits(a)), hi = max(hi, magnitude_bits(a));
+      const float q0 = __fmul_rn(a, r);
+      q[k] = fmaf(r, fmaf(-den, q0, a), q0);
+    }
+  if (lo >= kDivideLo && hi <= kDivideHi) {
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      if (k < n) elem(k) = q[k];
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      if (k < n) elem(k) = elem(k) / den;
+  }
+}
+
 // Row softmax (max-subtracted, sums left to right), in place.
 __device__ __forceinline__ void softmax_rows(Mat& c, int H) {
 #pragma unroll
@@ -379,9 +419,7 @@ __device__ __forceinline__ void softmax_rows(Mat& c, int H) {
         c[i][j] = expf(c[i][j] - mx);
         s += c[i][j];
       }
-#pragma unroll
-    for (int j = 0; j < H4; ++j)
-      if (j < H) c[i][j] = c[i][j] / s;
+    divide<H4>(s, H, [&](int j) -> float& { return c[i][j]; });
   }
 }
 
@@ -403,10 +441,7 @@ __device__ __forceinline__ void normalise_lines(Mat& c, int H, float eps) {
 #pragma unroll
     for (int k = 0; k < H4; ++k)
       if (k < H) s += elem<ByColumn>(c, l, k);
-    const float den = s + eps;
-#pragma unroll
-    for (int k = 0; k < H4; ++k)
-      if (k < H) elem<ByColumn>(c, l, k) = elem<ByColumn>(c, l, k) / den;
+    divide<H4>(s + eps, H, [&](int k) -> float& { return elem<ByColumn>(c, l, k); });
   }
 }
 
@@ -427,21 +462,30 @@ __device__ __forceinline__ void normalise_lines_backward(Mat& u, Mat& g, int H, 
     for (int k = 0; k < H4; ++k)
       if (k < H) s += elem<ByColumn>(u, l, k);
     const float den = s + eps;
+    float y[H4];
+#pragma unroll
+    for (int k = 0; k < H4; ++k) y[k] = elem<ByColumn>(u, l, k);
+    divide<H4>(den, H, [&](int k) -> float& { return y[k]; });
     float dot = 0.f;
 #pragma unroll
     for (int k = 0; k < H4; ++k)
-      if (k < H) dot += elem<ByColumn>(g, l, k) * (elem<ByColumn>(u, l, k) / den);
+      if (k < H) dot = fmaf(elem<ByColumn>(g, l, k), y[k], dot);
 #pragma unroll
     for (int k = 0; k < H4; ++k)
-      if (k < H) elem<ByColumn>(g, l, k) = (elem<ByColumn>(g, l, k) - dot) / den;
+      if (k < H) elem<ByColumn>(g, l, k) -= dot;
+    divide<H4>(den, H, [&](int k) -> float& { return elem<ByColumn>(g, l, k); });
   }
 }
 
 // Normalisation n (1-based) divides by column sums when n is odd: one column pass, then (iters-1) x (row, column).
 __device__ __forceinline__ int sinkhorn_norms(int iters) { return 2 * iters - 1; }
 
-// Stage s (the input of normalisation s+1) of token t lives at hist[(s*H4*H4 + e) * tokens + t]: consecutive tokens
-// are consecutive floats, so a warp's accesses coalesce.
+// Stage s (the input of normalisation s+1) of token t is the H4 x H4 floats at hist[(s * tokens + t) * H4 * H4]: a
+// thread's stage is four 16-byte vectors, and a warp's are one contiguous 2 KB.
+__device__ __forceinline__ float4* sinkhorn_stage(float* hist, int s, int64_t t, int64_t tokens) {
+  return reinterpret_cast<float4*>(hist + (int64_t(s) * tokens + t) * H4 * H4);
+}
+
 __device__ __forceinline__ void sinkhorn_forward(Mat& c, int H, float eps, int iters, float* hist, int64_t t,
                                                  int64_t tokens) {
   softmax_rows(c, H);
@@ -452,39 +496,33 @@ __device__ __forceinline__ void sinkhorn_forward(Mat& c, int H, float eps, int i
   const int norms = sinkhorn_norms(iters);
   for (int n = 1; n <= norms; ++n) {
     if (hist) {
-      float* h = hist + int64_t(n - 1) * H4 * H4 * tokens + t;
+      float4* h = sinkhorn_stage(hist, n - 1, t, tokens);
 #pragma unroll
-      for (int i = 0; i < H4; ++i)
-#pragma unroll
-        for (int j = 0; j < H4; ++j) h[(i * H4 + j) * tokens] = c[i][j];
+      for (int i = 0; i < H4; ++i) h[i] = make_float4(c[i][0], c[i][1], c[i][2], c[i][3]);
     }
     normalise(c, H, eps, n & 1);
   }
 }
 
 // g (d loss / d comb) -> d loss / d logits. The forward is recomputed from the logits with every stage kept in
-// `hist`; each normalisation y = u / (sum u + eps) along a line back-propagates as du = (dy - <dy, y>) / (sum u + eps)
-// with y recomputed from u exactly as the forward did; +eps passes through; softmax: dz = P (dP - <dP, P>) per row.
-__device__ void sinkhorn_backward(const Mat& logits, Mat& g, int H, float eps, int iters, float* hist, int64_t t,
-                                  int64_t tokens) {
+// `hist`; +eps passes through; softmax: dz = P (dP - <dP, P>) per row.
+__device__ __forceinline__ void sinkhorn_backward(const Mat& logits, Mat& g, int H, float eps, int iters, float* hist,
+                                                  int64_t t, int64_t tokens) {
   Mat p, c;
 #pragma unroll
   for (int i = 0; i < H4; ++i)
 #pragma unroll
-    for (int j = 0; j < H4; ++j) p[i][j] = logits[i][j];
+    for (int j = 0; j < H4; ++j) p[i][j] = c[i][j] = logits[i][j];
   softmax_rows(p, H);
-#pragma unroll
-  for (int i = 0; i < H4; ++i)
-#pragma unroll
-    for (int j = 0; j < H4; ++j) c[i][j] = logits[i][j];
   sinkhorn_forward(c, H, eps, iters, hist, t, tokens);
   // Stage n-1 is loaded while stage n is walked back: one memory latency in flight instead of one per stage.
   auto load_stage = [&](int n, Mat& u) {
-    const float* h = hist + int64_t(n - 1) * H4 * H4 * tokens + t;
+    const float4* h = sinkhorn_stage(hist, n - 1, t, tokens);
 #pragma unroll
-    for (int i = 0; i < H4; ++i)
-#pragma unroll
-      for (int j = 0; j < H4; ++j) u[i][j] = (i < H && j < H) ? h[(i * H4 + j) * tokens] : 0.f;
+    for (int i = 0; i < H4; ++i) {
+      const float4 v = h[i];
+      u[i][0] = v.x, u[i][1] = v.y, u[i][2] = v.z, u[i][3] = v.w;
+    }
   };
   Mat un;
   load_stage(sinkhorn_norms(iters), un);
@@ -508,6 +546,16 @@ __device__ void sinkhorn_backward(const Mat& logits, Mat& g, int H, float eps, i
 #pragma unroll
     for (int j = 0; j < H4; ++j)
       if (j < H) g[i][j] = p[i][j] * (g[i][j] - dot);
+  }
+}
+
+__global__ void __launch_bounds__(256) sinkhorn_divide_kernel(const float4* __restrict__ num,
+                                                              const float* __restrict__ den, float4* __restrict__ out,
+                                                              int64_t lines) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < lines; i += int64_t(gridDim.x) * blockDim.x) {
+    float4 v = num[i];
+    divide<4>(den[i], 4, [&](int k) -> float& { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; });
+    out[i] = v;
   }
 }
 
@@ -600,12 +648,12 @@ struct PreKind : MixLayout<(2 + H4) * H4, 3> {
   static __device__ void fwd_epilogue(float* dots, float r, int64_t t, const MixFwdArgs& a) {
     for (int m = 0; m < a.M; ++m) dots[m] = a.mixes[t * a.M + m] = dots[m] * r;
     for (int h = 0; h < a.H; ++h) a.pre[t * a.H + h] = pre_gate(dots[h], h, a);
-    post_comb(dots, t, a);
+    post_comb(dots, t, a, a.H);
   }
 
-  // The gates after pre, from a token's mixes: run by fwd_epilogue, and by mix_post_comb after the fused forward.
-  static __device__ void post_comb(const float* mix, int64_t t, const MixFwdArgs& a) {
-    const int H = a.H;
+  // The gates after pre, from a token's mixes: run by fwd_epilogue, and by mix_post_comb after the fused forward (with
+  // H a constant there, so that no loop over the matrix keeps a run-time guard).
+  static __device__ __forceinline__ void post_comb(const float* mix, int64_t t, const MixFwdArgs& a, int H) {
     const float s1 = __ldg(a.scale + 1), s2 = __ldg(a.scale + 2);
     for (int h = 0; h < H; ++h) a.post[t * H + h] = a.post_mult * sigmoid(logit(mix[H + h], s1, __ldg(a.base + H + h)));
     Mat c;
@@ -624,8 +672,9 @@ struct PreKind : MixLayout<(2 + H4) * H4, 3> {
         if (i < H && j < H) a.comb[(t * H + i) * H + j] = c[i][j];
   }
 
-  static __device__ void bwd_token(int64_t t, const MixBwdTokenArgs& a) {
-    const int H = a.H, M = a.M;
+  // H: a constant (mix_bwd_token is compiled per hc).
+  static __device__ __forceinline__ void bwd_token(int64_t t, const MixBwdTokenArgs& a, int H) {
+    const int M = a.M;
     const float* mix = a.mixes + t * M;
     const double* rd = a.red + t * (1 + H);
     const float r = rms_scale(rd[0], a.K, a.rms_eps);
@@ -686,8 +735,7 @@ struct HeadKind : MixLayout<H4, 1> {
     }
   }
 
-  static __device__ void bwd_token(int64_t t, const MixBwdTokenArgs& a) {
-    const int H = a.H;
+  static __device__ __forceinline__ void bwd_token(int64_t t, const MixBwdTokenArgs& a, int H) {
     const float* mix = a.mixes + t * H;
     const double* rd = a.red + t * (1 + H);
     const float r = rms_scale(rd[0], a.K, a.rms_eps);
@@ -1302,10 +1350,11 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
   cp_async_wait<0>();
 }
 
-// post and comb from the mixes, one thread per token (after mix_fused_fwd<pre>).
+// post and comb from the mixes, one thread per token (after mix_fused_fwd<pre>); compiled per hc, as mix_bwd_token.
+template <int HC>
 __global__ void __launch_bounds__(128) mix_post_comb_kernel(MixFwdArgs a) {
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t < a.tokens) PreKind::post_comb(a.mixes + t * a.M, t, a);
+  if (t < a.tokens) PreKind::post_comb(a.mixes + t * a.M, t, a, HC);
 }
 
 // -------------------------------------------------------------------------------------------------------------------
@@ -1354,11 +1403,12 @@ __global__ void __launch_bounds__(256) mix_bwd_reduce_kernel(const T* __restrict
   }
 }
 
-// Per token, one thread each (the Sinkhorn backward is ~2k dependent flops: a thread per token keeps every lane busy).
-template <class Kind>
+// Per token, one thread each. Compiled per hc: with H a constant, the loops over the Sinkhorn matrix have no run-time
+// guard, which would make every division of a line a branch of its own (H100, V4 dims: 0.106 ms with them).
+template <class Kind, int HC>
 __global__ void __launch_bounds__(128) mix_bwd_token_kernel(MixBwdTokenArgs a) {
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t < a.tokens) Kind::bwd_token(t, a);
+  if (t < a.tokens) Kind::bwd_token(t, a, HC);
 }
 
 // grad_x[t,k] = sum_m coef_m fn[m,k] - c x[t,k] + pre_h g_y[t,d]  (k = h*D + d; one rounding)
@@ -1820,6 +1870,18 @@ void with_bool(bool b, F&& f) {
   else f(std::false_type{});
 }
 
+// f(std::integral_constant<int, hc>) for hc in [1, kMaxHc] (check_hc has vetted it).
+template <typename F>
+void with_hc(int hc, F&& f) {
+  static_assert(kMaxHc == 4);
+  switch (hc) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    default: return f(std::integral_constant<int, 4>{});
+  }
+}
+
 template <typename F>
 void with_kind(MixKind kind, F&& f) {
   if (kind == MixKind::pre) f(PreKind{});
@@ -2010,7 +2072,7 @@ void launch_mix_post_comb(const float* mixes, const float* base, const float* sc
   if (tokens == 0) return;
   const MixFwdArgs a{base, scale, const_cast<float*>(mixes), nullptr, post, comb, tokens, 0, hc,
                      mix_rows(MixKind::pre, hc), k.hc_eps, k.rms_eps, k.post_mult, k.sinkhorn_iters};
-  mix_post_comb_kernel<<<ceil_div(tokens, 128), 128, 0, stream>>>(a);
+  with_hc(hc, [&](auto h) { mix_post_comb_kernel<decltype(h)::value><<<ceil_div(tokens, 128), 128, 0, stream>>>(a); });
 }
 
 void launch_collapse(Dtype dt, const void* x, const float* pre, void* y, int64_t tokens, int hc, int64_t hidden,
@@ -2057,7 +2119,9 @@ void launch_mix_bwd_token(MixKind kind, const float* mixes, const double* red, c
                           k.sinkhorn_iters};
   with_kind(kind, [&](auto kind_tag) {
     using Kind = decltype(kind_tag);
-    mix_bwd_token_kernel<Kind><<<ceil_div(tokens, 128), 128, 0, stream>>>(a);
+    with_hc(hc, [&](auto h) {
+      mix_bwd_token_kernel<Kind, decltype(h)::value><<<ceil_div(tokens, 128), 128, 0, stream>>>(a);
+    });
   });
 }
 
@@ -2106,6 +2170,13 @@ void launch_mix_bwd_colsum(MixKind kind, const double* gate_grads, int64_t token
   const int hi_col = kind == MixKind::pre ? PreKind::MP : HeadKind::MP;
   colsum_kernel<<<unsigned(m + ns), 256, 0, stream>>>(gate_grads, tokens, mix_gate_width(kind), grad_base, m,
                                                       hi_col, grad_scale);
+}
+
+void launch_sinkhorn_divide(const float* numerators, const float* denominators, float* quotients, int64_t lines,
+                            cudaStream_t stream) {
+  if (lines == 0) return;
+  sinkhorn_divide_kernel<<<unsigned(std::min<int64_t>(ceil_div(lines, 256), 4096)), 256, 0, stream>>>(
+      reinterpret_cast<const float4*>(numerators), denominators, reinterpret_cast<float4*>(quotients), lines);
 }
 
 }  // namespace parity::hc::cuda

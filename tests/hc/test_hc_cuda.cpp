@@ -20,8 +20,12 @@
 #include "kernels/cuda/hc.cuh"
 #endif
 
+#include <algorithm>
+#include <bit>
 #include <cstdio>
+#include <iterator>
 #include <optional>
+#include <random>
 
 namespace parity::hc {
 namespace {
@@ -267,6 +271,71 @@ TEST(HcFusedForward, TakenAtV4DimsOnHopperOnly) {
     EXPECT_FALSE(kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, off, p, 4, 4096));
     EXPECT_FALSE(kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, p, off, 4, 4096));
   }
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The Sinkhorn's division: one reciprocal per line and one range check instead of `/` per element
+// ---------------------------------------------------------------------------------------------------------------
+
+// Against the CPU's IEEE division, bit for bit (a NaN matches any NaN), on lines drawn so that both of divide()'s
+// paths run: operands within 2^+-70 of 1 (its fast path, and the edges of its range at 2^+-60), any bit pattern, and
+// special values (zeros, subnormals, the largest finite, Inf, NaN, the range edges and their neighbours): the `/`
+// fallback. A line is 4 numerators and their denominator.
+TEST(HcSinkhornDivide, BitwiseEqualToIeeeDivision) {
+  if (const auto why = skip_reason()) GTEST_SKIP() << *why;
+#ifdef PARITY_WITH_CUDA
+  constexpr int64_t kLines = int64_t{1} << 22;
+  constexpr uint32_t kLo = (127u - 60) << 23, kHi = (127u + 60) << 23;  // divide()'s range: 2^-60 .. 2^60
+  const uint32_t specials[] = {0u,         0x80000000u, 1u,          0x807fffffu, 0x00800000u, 0x7f7fffffu,
+                               0x7f800000u, 0xff800000u, 0x7fc00000u, kLo - 1,     kLo,         kLo + 1,
+                               kHi - 1,     kHi,         kHi + 1,     0x3f800000u, 0xc0200000u};
+  std::mt19937_64 rng(kSeed);
+  auto draw = [&](int64_t line) -> uint32_t {
+    const uint64_t r = rng();
+    switch (line % 4) {
+      case 0:
+      case 1: return (uint32_t(r) & 0x807fffffu) | uint32_t(127 - 70 + (r >> 32) % 141) << 23;
+      case 2: return uint32_t(r);
+      default: return specials[(r >> 32) % std::size(specials)] ^ (uint32_t(r) & 0x80000000u);
+    }
+  };
+  std::vector<uint32_t> num(4 * kLines), den(kLines), want(4 * kLines);
+  int64_t fast = 0;
+  for (int64_t i = 0; i < kLines; ++i) {
+    den[i] = draw(i);
+    uint32_t lo = den[i] & 0x7fffffffu, hi = lo;
+    for (int k = 0; k < 4; ++k) {
+      num[4 * i + k] = draw(i);
+      const uint32_t m = num[4 * i + k] & 0x7fffffffu;
+      lo = std::min(lo, m), hi = std::max(hi, m);
+      want[4 * i + k] = std::bit_cast<uint32_t>(std::bit_cast<float>(num[4 * i + k]) / std::bit_cast<float>(den[i]));
+    }
+    fast += lo >= kLo && hi <= kHi;
+  }
+  std::printf("[hc-cuda] sinkhorn divide: %lld lines, %lld in the fast path's range\n", static_cast<long long>(kLines),
+              static_cast<long long>(fast));
+  ASSERT_GT(fast, kLines / 4);
+  ASSERT_GT(kLines - fast, kLines / 4);
+  const auto bits = [](std::vector<uint32_t>& v) {
+    return at::from_blob(v.data(), {static_cast<int64_t>(v.size())}, at::kInt).to(gpu());
+  };
+  const at::Tensor n = bits(num), d = bits(den);
+  at::Tensor q = at::full({4 * kLines}, -1, at::TensorOptions().dtype(at::kInt).device(gpu()));
+  cuda::launch_sinkhorn_divide(static_cast<const float*>(n.data_ptr()), static_cast<const float*>(d.data_ptr()),
+                               static_cast<float*>(q.data_ptr()), kLines, at::cuda::getCurrentCUDAStream());
+  const at::Tensor got = q.cpu();
+  const uint32_t* g = static_cast<const uint32_t*>(got.data_ptr());
+  int64_t differ = 0;
+  for (int64_t e = 0; e < 4 * kLines; ++e) {
+    const bool nan = std::isnan(std::bit_cast<float>(want[e])) && std::isnan(std::bit_cast<float>(g[e]));
+    if (g[e] == want[e] || nan) continue;
+    if (++differ <= 5)
+      ADD_FAILURE() << fmt::format("{:a} / {:a}: got {:a}, IEEE {:a}", std::bit_cast<float>(num[e]),
+                                   std::bit_cast<float>(den[e / 4]), std::bit_cast<float>(g[e]),
+                                   std::bit_cast<float>(want[e]));
+  }
+  EXPECT_EQ(differ, 0) << "quotients of " << 4 * kLines;
 #endif
 }
 
