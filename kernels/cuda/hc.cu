@@ -365,46 +365,67 @@ __device__ __forceinline__ float sigmoid(float z) { return 1.f / (1.f + expf(-z)
 
 using Mat = float[H4][H4];
 
-// Division of several numerators by one denominator, bit for bit as `/` (div.rn.f32) divides. nvcc expands each `/`
-// into MUFU.RCP, a Newton step for the reciprocal, q = a r and one correction, under a range check (FCHK) that sends
-// operands near the ends of the exponent range to a slow path: every division becomes a branch of its own, and a
-// thread's divisions run one after another. Here the reciprocal is formed once, the quotients and corrections are
-// independent instructions, and one check covers the line: with every operand's magnitude within [2^-60, 2^60], no
-// reciprocal, quotient or remainder leaves the normal range, where that expansion is exact; otherwise (zeros, NaN,
-// the extremes) the numerators go through `/`. Checked against `/` on an H100: 35e9 random quotients, 0 differ; the
-// GPU test HcSinkhornDivide checks it against the CPU's IEEE division on every run.
+// Element k of line `line` of c: a column when ByColumn (k walks its rows), else a row. After unrolling every index
+// is a constant, so the matrix stays in registers either way.
+template <bool ByColumn, typename M>
+__device__ __forceinline__ auto& elem(M& c, int line, int k) {
+  if constexpr (ByColumn) return c[k][line];
+  else return c[line][k];
+}
+
+// Division of the lines of a matrix by one denominator each, bit for bit as `/` (div.rn.f32) divides. nvcc expands
+// each `/` into MUFU.RCP, a Newton step for the reciprocal, q = a r and one correction, under a range check (FCHK)
+// that sends operands near the ends of the exponent range to a slow path: every division becomes a branch of its own,
+// and a thread's divisions run one after another. Here each line's reciprocal is formed once, every quotient and
+// correction is an independent instruction, and one check covers the matrix: with every operand's magnitude within
+// [2^-60, 2^60], no reciprocal, quotient or remainder leaves the normal range, where that expansion is exact;
+// otherwise (zeros, NaN, the extremes) every element goes through `/`. Checked against `/` on an H100 (35e9 random
+// quotients, 0 differ); the GPU test HcSinkhornDivide checks it against the CPU's IEEE division on every run.
 constexpr uint32_t kDivideLo = (127u - 60) << 23, kDivideHi = (127u + 60) << 23;  // the bits of 2^-60 and 2^60
 __device__ __forceinline__ uint32_t magnitude_bits(float x) { return __float_as_uint(x) & 0x7fffffffu; }
 
-// elem(k) = elem(k) / den for k < n (n <= N).
-template <int N, typename Elem>
-__device__ __forceinline__ void divide(float den, int n, Elem&& elem) {
-  float r0;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r0) : "f"(den));
-  const float r = fmaf(r0, fmaf(-den, r0, 1.f), r0);
-  uint32_t lo = magnitude_bits(den), hi = lo;
-  float q[N];
+// elem<ByColumn>(c, l, k) /= den[l] for l, k < H.
+template <bool ByColumn>
+__device__ __forceinline__ void divide_lines(Mat& c, const float (&den)[H4], int H) {
+  float r[H4];
+  uint32_t lo = ~0u, hi = 0;
 #pragma unroll
-  for (int k = 0; k < N; ++k)
-    if (k < n) {
-      const float a = elem(k);
-      lo = min(lo, magnitude_bits(a)), hi = max(hi, magnitude_bits(a));
-      const float q0 = __fmul_rn(a, r);
-      q[k] = fmaf(r, fmaf(-den, q0, a), q0);
+  for (int l = 0; l < H4; ++l)
+    if (l < H) {
+      float r0;
+      asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r0) : "f"(den[l]));
+      r[l] = fmaf(r0, fmaf(-den[l], r0, 1.f), r0);
+      lo = min(lo, magnitude_bits(den[l])), hi = max(hi, magnitude_bits(den[l]));
     }
+  Mat q;
+#pragma unroll
+  for (int l = 0; l < H4; ++l)
+#pragma unroll
+    for (int k = 0; k < H4; ++k)
+      if (l < H && k < H) {
+        const float a = elem<ByColumn>(c, l, k);
+        lo = min(lo, magnitude_bits(a)), hi = max(hi, magnitude_bits(a));
+        const float q0 = __fmul_rn(a, r[l]);
+        elem<ByColumn>(q, l, k) = fmaf(r[l], fmaf(-den[l], q0, a), q0);
+      }
   if (lo >= kDivideLo && hi <= kDivideHi) {
 #pragma unroll
-    for (int k = 0; k < N; ++k)
-      if (k < n) elem(k) = q[k];
+    for (int l = 0; l < H4; ++l)
+#pragma unroll
+      for (int k = 0; k < H4; ++k)
+        if (l < H && k < H) elem<ByColumn>(c, l, k) = elem<ByColumn>(q, l, k);
   } else {
 #pragma unroll
-    for (int k = 0; k < N; ++k)
-      if (k < n) elem(k) = elem(k) / den;
+    for (int l = 0; l < H4; ++l)
+#pragma unroll
+      for (int k = 0; k < H4; ++k)
+        if (l < H && k < H) elem<ByColumn>(c, l, k) = elem<ByColumn>(c, l, k) / den[l];
   }
 }
 
 // Row softmax (max-subtracted, sums left to right), in place.
 __device__ __forceinline__ void softmax_rows(Mat& c, int H) {
+  float s[H4];
 #pragma unroll
   for (int i = 0; i < H4; ++i) {
     if (i >= H) break;
@@ -412,28 +433,20 @@ __device__ __forceinline__ void softmax_rows(Mat& c, int H) {
 #pragma unroll
     for (int j = 1; j < H4; ++j)
       if (j < H) mx = fmaxf(mx, c[i][j]);
-    float s = 0.f;
+    s[i] = 0.f;
 #pragma unroll
     for (int j = 0; j < H4; ++j)
       if (j < H) {
         c[i][j] = expf(c[i][j] - mx);
-        s += c[i][j];
+        s[i] += c[i][j];
       }
-    divide<H4>(s, H, [&](int j) -> float& { return c[i][j]; });
   }
+  divide_lines<false>(c, s, H);
 }
 
-// Element k of line `line` of c: a column when ByColumn (k walks its rows), else a row. After unrolling every index
-// is a constant, so the matrix stays in registers either way.
+// The line sums of c (plus eps), in order along each line.
 template <bool ByColumn>
-__device__ __forceinline__ float& elem(Mat& c, int line, int k) {
-  if constexpr (ByColumn) return c[k][line];
-  else return c[line][k];
-}
-
-// One Sinkhorn normalisation, in place: divide each column (ByColumn) or row by its sum + eps.
-template <bool ByColumn>
-__device__ __forceinline__ void normalise_lines(Mat& c, int H, float eps) {
+__device__ __forceinline__ void line_sums(Mat& c, int H, float eps, float (&den)[H4]) {
 #pragma unroll
   for (int l = 0; l < H4; ++l) {
     if (l >= H) break;
@@ -441,8 +454,16 @@ __device__ __forceinline__ void normalise_lines(Mat& c, int H, float eps) {
 #pragma unroll
     for (int k = 0; k < H4; ++k)
       if (k < H) s += elem<ByColumn>(c, l, k);
-    divide<H4>(s + eps, H, [&](int k) -> float& { return elem<ByColumn>(c, l, k); });
+    den[l] = s + eps;
   }
+}
+
+// One Sinkhorn normalisation, in place: divide each column (ByColumn) or row by its sum + eps.
+template <bool ByColumn>
+__device__ __forceinline__ void normalise_lines(Mat& c, int H, float eps) {
+  float den[H4];
+  line_sums<ByColumn>(c, H, eps, den);
+  divide_lines<ByColumn>(c, den, H);
 }
 
 __device__ __forceinline__ void normalise(Mat& c, int H, float eps, bool by_column) {
@@ -454,27 +475,21 @@ __device__ __forceinline__ void normalise(Mat& c, int H, float eps, bool by_colu
 // with y recomputed from u exactly as the forward did. g holds dy on entry, du on return.
 template <bool ByColumn>
 __device__ __forceinline__ void normalise_lines_backward(Mat& u, Mat& g, int H, float eps) {
+  float den[H4];
+  line_sums<ByColumn>(u, H, eps, den);
+  divide_lines<ByColumn>(u, den, H);  // u is y from here
 #pragma unroll
   for (int l = 0; l < H4; ++l) {
     if (l >= H) break;
-    float s = 0.f;
-#pragma unroll
-    for (int k = 0; k < H4; ++k)
-      if (k < H) s += elem<ByColumn>(u, l, k);
-    const float den = s + eps;
-    float y[H4];
-#pragma unroll
-    for (int k = 0; k < H4; ++k) y[k] = elem<ByColumn>(u, l, k);
-    divide<H4>(den, H, [&](int k) -> float& { return y[k]; });
     float dot = 0.f;
 #pragma unroll
     for (int k = 0; k < H4; ++k)
-      if (k < H) dot = fmaf(elem<ByColumn>(g, l, k), y[k], dot);
+      if (k < H) dot = fmaf(elem<ByColumn>(g, l, k), elem<ByColumn>(u, l, k), dot);
 #pragma unroll
     for (int k = 0; k < H4; ++k)
       if (k < H) elem<ByColumn>(g, l, k) -= dot;
-    divide<H4>(den, H, [&](int k) -> float& { return elem<ByColumn>(g, l, k); });
   }
+  divide_lines<ByColumn>(g, den, H);
 }
 
 // Normalisation n (1-based) divides by column sums when n is odd: one column pass, then (iters-1) x (row, column).
@@ -549,13 +564,22 @@ __device__ __forceinline__ void sinkhorn_backward(const Mat& logits, Mat& g, int
   }
 }
 
+// H4 lines of H4 numerators per thread (divide_lines' test).
 __global__ void __launch_bounds__(256) sinkhorn_divide_kernel(const float4* __restrict__ num,
-                                                              const float* __restrict__ den, float4* __restrict__ out,
-                                                              int64_t lines) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < lines; i += int64_t(gridDim.x) * blockDim.x) {
-    float4 v = num[i];
-    divide<4>(den[i], 4, [&](int k) -> float& { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; });
-    out[i] = v;
+                                                              const float4* __restrict__ den,
+                                                              float4* __restrict__ out, int64_t groups) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < groups; i += int64_t(gridDim.x) * blockDim.x) {
+    Mat c;
+#pragma unroll
+    for (int l = 0; l < H4; ++l) {
+      const float4 v = num[i * H4 + l];
+      c[l][0] = v.x, c[l][1] = v.y, c[l][2] = v.z, c[l][3] = v.w;
+    }
+    const float4 d4 = den[i];
+    const float d[H4] = {d4.x, d4.y, d4.z, d4.w};
+    divide_lines<false>(c, d, H4);
+#pragma unroll
+    for (int l = 0; l < H4; ++l) out[i * H4 + l] = make_float4(c[l][0], c[l][1], c[l][2], c[l][3]);
   }
 }
 
@@ -2174,9 +2198,12 @@ void launch_mix_bwd_colsum(MixKind kind, const double* gate_grads, int64_t token
 
 void launch_sinkhorn_divide(const float* numerators, const float* denominators, float* quotients, int64_t lines,
                             cudaStream_t stream) {
-  if (lines == 0) return;
-  sinkhorn_divide_kernel<<<unsigned(std::min<int64_t>(ceil_div(lines, 256), 4096)), 256, 0, stream>>>(
-      reinterpret_cast<const float4*>(numerators), denominators, reinterpret_cast<float4*>(quotients), lines);
+  if (lines % H4 != 0) throw std::invalid_argument("launch_sinkhorn_divide: lines must be a multiple of 4");
+  const int64_t groups = lines / H4;
+  if (groups == 0) return;
+  sinkhorn_divide_kernel<<<unsigned(std::min<int64_t>(ceil_div(groups, 256), 4096)), 256, 0, stream>>>(
+      reinterpret_cast<const float4*>(numerators), reinterpret_cast<const float4*>(denominators),
+      reinterpret_cast<float4*>(quotients), groups);
 }
 
 }  // namespace parity::hc::cuda

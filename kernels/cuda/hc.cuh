@@ -100,8 +100,9 @@ void launch_sum_splits(const float* partial, float* out, int64_t n, int splits, 
 void launch_mix_bwd_colsum(MixKind kind, const double* gate_grads, int64_t tokens, int hc, float* grad_base,
                            float* grad_scale, cudaStream_t stream);
 
-// The Sinkhorn's division of a line by its sum (divide() in hc.cu), exposed for its test:
-// quotients[4 i + k] = numerators[4 i + k] / denominators[i], k < 4, i < lines.
+// The Sinkhorn's division of lines by their sums (divide_lines() in hc.cu), exposed for its test:
+// quotients[4 i + k] = numerators[4 i + k] / denominators[i], k < 4, i < lines (a multiple of 4: a thread divides
+// 4 lines under one range check, as a normalisation of the 4 x 4 matrix does).
 void launch_sinkhorn_divide(const float* numerators, const float* denominators, float* quotients, int64_t lines,
                             cudaStream_t stream);
 

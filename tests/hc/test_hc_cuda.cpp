@@ -278,45 +278,51 @@ TEST(HcFusedForward, TakenAtV4DimsOnHopperOnly) {
 // The Sinkhorn's division: one reciprocal per line and one range check instead of `/` per element
 // ---------------------------------------------------------------------------------------------------------------
 
-// Against the CPU's IEEE division, bit for bit (a NaN matches any NaN), on lines drawn so that both of divide()'s
-// paths run: operands within 2^+-70 of 1 (its fast path, and the edges of its range at 2^+-60), any bit pattern, and
-// special values (zeros, subnormals, the largest finite, Inf, NaN, the range edges and their neighbours): the `/`
-// fallback. A line is 4 numerators and their denominator.
+// Against the CPU's IEEE division, bit for bit (a NaN matches any NaN). A thread divides 4 lines of 4 numerators under
+// one range check, so operands are drawn per group of 4 lines, in four kinds, so that both of divide_lines()' paths
+// run: within 2^+-30 of 1 (its fast path); within 2^+-61 (mostly fast, and the edges of its range at 2^+-60); any bit
+// pattern; and special values (zeros, subnormals, the largest finite, Inf, NaN, the range edges and their neighbours)
+// among values near 1: the last two take the `/` fallback.
 TEST(HcSinkhornDivide, BitwiseEqualToIeeeDivision) {
   if (const auto why = skip_reason()) GTEST_SKIP() << *why;
 #ifdef PARITY_WITH_CUDA
-  constexpr int64_t kLines = int64_t{1} << 22;
-  constexpr uint32_t kLo = (127u - 60) << 23, kHi = (127u + 60) << 23;  // divide()'s range: 2^-60 .. 2^60
+  constexpr int64_t kGroups = int64_t{1} << 20, kLines = 4 * kGroups;
+  constexpr uint32_t kLo = (127u - 60) << 23, kHi = (127u + 60) << 23;  // divide_lines()' range: 2^-60 .. 2^60
   const uint32_t specials[] = {0u,         0x80000000u, 1u,          0x807fffffu, 0x00800000u, 0x7f7fffffu,
                                0x7f800000u, 0xff800000u, 0x7fc00000u, kLo - 1,     kLo,         kLo + 1,
                                kHi - 1,     kHi,         kHi + 1,     0x3f800000u, 0xc0200000u};
   std::mt19937_64 rng(kSeed);
-  auto draw = [&](int64_t line) -> uint32_t {
+  const auto near_one = [](uint64_t r, int span) {  // sign and mantissa from r, exponent within 2^+-span
+    return (uint32_t(r) & 0x807fffffu) | uint32_t(127 - span + (r >> 32) % (2 * span + 1)) << 23;
+  };
+  auto draw = [&](int64_t group) -> uint32_t {
     const uint64_t r = rng();
-    switch (line % 4) {
-      case 0:
-      case 1: return (uint32_t(r) & 0x807fffffu) | uint32_t(127 - 70 + (r >> 32) % 141) << 23;
+    switch (group % 4) {
+      case 0: return near_one(r, 30);
+      case 1: return near_one(r, 61);
       case 2: return uint32_t(r);
-      default: return specials[(r >> 32) % std::size(specials)] ^ (uint32_t(r) & 0x80000000u);
+      default: return r & (uint64_t{1} << 63) ? specials[(r >> 32) % std::size(specials)] : near_one(r, 30);
     }
   };
   std::vector<uint32_t> num(4 * kLines), den(kLines), want(4 * kLines);
   int64_t fast = 0;
-  for (int64_t i = 0; i < kLines; ++i) {
-    den[i] = draw(i);
-    uint32_t lo = den[i] & 0x7fffffffu, hi = lo;
-    for (int k = 0; k < 4; ++k) {
-      num[4 * i + k] = draw(i);
-      const uint32_t m = num[4 * i + k] & 0x7fffffffu;
-      lo = std::min(lo, m), hi = std::max(hi, m);
-      want[4 * i + k] = std::bit_cast<uint32_t>(std::bit_cast<float>(num[4 * i + k]) / std::bit_cast<float>(den[i]));
+  for (int64_t g = 0; g < kGroups; ++g) {
+    uint32_t lo = ~0u, hi = 0;
+    for (int64_t i = 4 * g; i < 4 * g + 4; ++i) {
+      den[i] = draw(g);
+      for (int k = 0; k < 4; ++k) {
+        num[4 * i + k] = draw(g);
+        want[4 * i + k] = std::bit_cast<uint32_t>(std::bit_cast<float>(num[4 * i + k]) / std::bit_cast<float>(den[i]));
+      }
+      for (const uint32_t v : {den[i], num[4 * i], num[4 * i + 1], num[4 * i + 2], num[4 * i + 3]})
+        lo = std::min(lo, v & 0x7fffffffu), hi = std::max(hi, v & 0x7fffffffu);
     }
     fast += lo >= kLo && hi <= kHi;
   }
-  std::printf("[hc-cuda] sinkhorn divide: %lld lines, %lld in the fast path's range\n", static_cast<long long>(kLines),
-              static_cast<long long>(fast));
-  ASSERT_GT(fast, kLines / 4);
-  ASSERT_GT(kLines - fast, kLines / 4);
+  std::printf("[hc-cuda] sinkhorn divide: %lld groups of 4 lines, %lld in the fast path's range\n",
+              static_cast<long long>(kGroups), static_cast<long long>(fast));
+  ASSERT_GT(fast, kGroups / 4);
+  ASSERT_GT(kGroups - fast, kGroups / 4);
   const auto bits = [](std::vector<uint32_t>& v) {
     return at::from_blob(v.data(), {static_cast<int64_t>(v.size())}, at::kInt).to(gpu());
   };
