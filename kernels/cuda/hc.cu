@@ -44,10 +44,12 @@ came closest (8-9 of 33-67M) but not exact, so cuda:hf keeps the contract's sequ
 Speed, H100 80GB HBM3, T = 16384, H = 4, D = 4096, bf16 (bench/hc_cuda_timing.cu; copy = 2.99 TB/s read+write;
 percentages are one-pass bytes over time, against the copy rate):
   hc_post fwd v1 0.425 ms (95%), hf 0.434 ms (93%), bwd 0.729 ms (87%)
-  hc_pre  fwd 0.658 ms (34%: mix_fused_fwd, x read once; it was 0.712 ms = mix_fwd 0.486 FFMA-bound + collapse 0.232)
+  hc_pre  fwd 0.658 ms (34%: mix_fused_fwd, x read once; it was 0.712 ms = mix_fwd 0.486 FFMA-bound + collapse 0.232);
+          0.556 ms (40%) with the Sinkhorn of mix_post_comb on divide_lines (0.579 before, A/B as below)
   hc_pre  bwd 1.498 ms (27%: reduce 0.227 = 99%, token 0.108, dx_dfn 1.151, sums 0.020); with dx_dfn on the tensor
           cores (mix_bwd_dx_dfn_mma) 0.839 ms (48%: dx_dfn 1.094 -> 0.488 ms, 84% of the copy rate on its own bytes;
-          A/B in one process, bench/hc_ab.sh, 3 runs each)
+          A/B in one process, bench/hc_ab.sh, 3 runs each); with divide_lines and hc a template parameter of the
+          token kernel 0.795 ms (51%: token 0.113 -> 0.067 ms; 0.099 -> 0.043 at 257 tokens, a single thread's chain)
   hc_head fwd 0.453 ms (50%), bwd 0.782 ms (52%: dx_dfn 0.539 = 75%)
   PyTorch eager (HF composition, same run kind): hc_post fwd 6.13 ms, fwd+bwd 13.2; hc_pre fwd 5.40, fwd+bwd 18.2;
   hc_head fwd 5.01, fwd+bwd 16.6.
