@@ -75,7 +75,7 @@ void check_perf(const Records& recs, const std::vector<HistoryRecord>& all, cons
     ++t.first_records;
     return;
   }
-  const PerfVerdict v = compare_perf_controlled(*base, newest, control_of(*base, all), control_of(newest, all), o);
+  const PerfVerdict v = compare_perf_controlled(*base, newest, controls_of(*base, all), controls_of(newest, all), o);
   ++t.verdicts[v.verdict];
   std::cout << fmt::format("  perf    {:<14} x{:.3f}  p={:.2g}  {} ({}) vs baseline {} ({})\n", verdict_name(v.verdict), v.ratio,
                            v.p_value, ms(newest.median_ms), at(newest), ms(base->median_ms), at(*base));

@@ -293,7 +293,7 @@ PerfStepVerdict judge_perf_step(const nlohmann::json& baseline, const nlohmann::
       continue;
     }
     const HistoryRecord& bl = *b->second;
-    const PerfVerdict v = compare_perf_controlled(bl, r, control_of(bl, base_records), control_of(r, candidates), o);
+    const PerfVerdict v = compare_perf_controlled(bl, r, controls_of(bl, base_records), controls_of(r, candidates), o);
     compared = true;
     slower |= v.verdict == Verdict::slower;
     undecided |= v.verdict == Verdict::ambiguous || v.verdict == Verdict::not_comparable;

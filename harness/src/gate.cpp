@@ -431,8 +431,9 @@ std::vector<BaselineComparison> compare_with_baselines(const nlohmann::json& res
       c.baseline_commit = base->commit;
       c.baseline_date = base->date;
       if (base->n > 0 && cand.n > 0) {
-        const HistoryRecord* cand_eager = control_of(cand, records);
-        c.perf = compare_perf_controlled(*base, cand, cand_eager ? baseline_record(baselines, *cand_eager) : nullptr,
+        const Controls cand_eager = controls_of(cand, records);
+        const auto in_baseline = [&](const HistoryRecord* e) { return e ? baseline_record(baselines, *e) : nullptr; };
+        c.perf = compare_perf_controlled(*base, cand, {in_baseline(cand_eager.same), in_baseline(cand_eager.other)},
                                          cand_eager, {});
       }
       if (base->device == cand.device)

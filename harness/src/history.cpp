@@ -579,48 +579,58 @@ PerfVerdict compare_perf(const HistoryRecord& b, const HistoryRecord& c, const V
   return v;
 }
 
-PerfVerdict compare_perf_controlled(const HistoryRecord& b, const HistoryRecord& c, const HistoryRecord* b_eager,
-                                    const HistoryRecord* c_eager, const VerdictOptions& o) {
-  if (!b_eager || !c_eager || b_eager->n == 0 || c_eager->n == 0 || b_eager->source_hash != c_eager->source_hash)
-    return compare_perf(b, c, o);
+PerfVerdict compare_perf_controlled(const HistoryRecord& b, const HistoryRecord& c, const Controls& b_eager,
+                                    const Controls& c_eager, const VerdictOptions& o) {
   // Eager is judged on its samples alone: its probes are the ones that mislead (see the header).
-  const PerfVerdict control = compare_perf(without_probe(*b_eager), without_probe(*c_eager), o);
-  const bool moved = control.verdict == Verdict::slower || control.verdict == Verdict::faster;
-  if (control.verdict != Verdict::same && !moved) return compare_perf(b, c, o);
+  const auto judge = [&](const HistoryRecord* be, const HistoryRecord* ce) -> std::optional<PerfVerdict> {
+    if (!be || !ce || be->n == 0 || ce->n == 0 || be->source_hash != ce->source_hash) return std::nullopt;
+    PerfVerdict v = compare_perf(without_probe(*be), without_probe(*ce), o);
+    if (v.verdict == Verdict::ambiguous || v.verdict == Verdict::not_comparable) return std::nullopt;
+    return v;
+  };
+  const HistoryRecord *be = b_eager.same, *ce = c_eager.same;
+  std::optional<PerfVerdict> control = judge(be, ce);
+  std::string eager = "eager";
+  if (!control && (control = judge(b_eager.other, c_eager.other))) {
+    be = b_eager.other, ce = c_eager.other;
+    eager = "eager " + ce->direction;
+  }
+  if (!control) return compare_perf(b, c, o);
+  const bool moved = control->verdict != Verdict::same;
   // Eager the same or moved: the path is judged on its samples alone, eager standing in for the host probes.
   PerfVerdict v = compare_perf(without_probe(b), without_probe(c), o);
   if (!moved) {
     if (probes_apart(b, c, kHostProbeNoise))  // named only where they would have counted
-      v.reason += fmt::format(" (host speed from eager beside it, the same x{:.3f}; host probes {:.1f} -> {:.1f} us "
+      v.reason += fmt::format(" (host speed from {} beside it, the same x{:.3f}; host probes {:.1f} -> {:.1f} us "
                               "not used)",
-                              control.ratio, b.host_probe_us, c.host_probe_us);
+                              eager, control->ratio, b.host_probe_us, c.host_probe_us);
     return v;
   }
   // Eager moved. A change of the path's own shows beyond what the machine did to eager: judged on its samples as
   // measured and at eager's speed, both agreeing, and more than kBeyondControl times eager's shift (in log).
   if ((v.verdict == Verdict::slower || v.verdict == Verdict::faster) &&
-      std::abs(std::log(v.ratio)) > kBeyondControl * std::abs(std::log(control.ratio)) &&
-      compare_perf(without_probe(b), without_probe(at_speed(c, 1 / control.ratio)), o).verdict == v.verdict) {
-    v.reason += fmt::format("; beyond the machine's own change (eager, the same code in both, {} x{:.3f}): x{:.3f} "
+      std::abs(std::log(v.ratio)) > kBeyondControl * std::abs(std::log(control->ratio)) &&
+      compare_perf(without_probe(b), without_probe(at_speed(c, 1 / control->ratio)), o).verdict == v.verdict) {
+    v.reason += fmt::format("; beyond the machine's own change ({}, the same code in both, {} x{:.3f}): x{:.3f} "
                             "at eager's speed",
-                            verdict_name(control.verdict), control.ratio, v.ratio / control.ratio);
+                            eager, verdict_name(control->verdict), control->ratio, v.ratio / control->ratio);
     return v;
   }
   v.verdict = Verdict::not_comparable;
-  v.reason = fmt::format("the machine ran at another speed: eager, the same code in both, {} x{:.3f} (median {:.4g} "
+  v.reason = fmt::format("the machine ran at another speed: {}, the same code in both, {} x{:.3f} (median {:.4g} "
                          "-> {:.4g} ms)",
-                         verdict_name(control.verdict), control.ratio, b_eager->median_ms, c_eager->median_ms);
+                         eager, verdict_name(control->verdict), control->ratio, be->median_ms, ce->median_ms);
   v.next = "time both again when the machine is quiet";
   return v;
 }
 
-const HistoryRecord* control_of(const HistoryRecord& r, const std::vector<HistoryRecord>& records) {
-  if (r.path == "eager") return nullptr;  // eager is the control, not controlled
+Controls controls_of(const HistoryRecord& r, const std::vector<HistoryRecord>& records) {
+  Controls out;
+  if (r.path == "eager") return out;  // eager is the control, not controlled
   for (const auto& e : records)
-    if (e.path == "eager" && e.case_id == r.case_id && e.direction == r.direction && e.commit == r.commit &&
-        e.date == r.date)
-      return &e;
-  return nullptr;
+    if (e.path == "eager" && e.case_id == r.case_id && e.commit == r.commit && e.date == r.date)
+      (e.direction == r.direction ? out.same : out.other) = &e;
+  return out;
 }
 
 std::vector<NumericRegression> compare_numerics(const HistoryRecord& b, const HistoryRecord& c) {

@@ -166,8 +166,8 @@ std::vector<Baselined> baselined(const json& doc, const std::vector<HistoryRecor
     b.baseline = baseline_of(b.candidate, history);
     if (b.baseline) {
       if (timed(b.candidate) && timed(*b.baseline))
-        b.perf = compare_perf_controlled(*b.baseline, b.candidate, control_of(*b.baseline, history),
-                                         control_of(b.candidate, records));
+        b.perf = compare_perf_controlled(*b.baseline, b.candidate, controls_of(*b.baseline, history),
+                                         controls_of(b.candidate, records));
       b.numeric = compare_numerics(*b.baseline, b.candidate);
     }
     out.push_back(std::move(b));
@@ -477,7 +477,7 @@ std::string trend_svg(const Series& series, const std::vector<HistoryRecord>& hi
     std::string cls = "pt", why = "first record";
     if (i > 0) {
       const PerfVerdict v =
-          compare_perf_controlled(rec[i - 1], rec[i], control_of(rec[i - 1], history), control_of(rec[i], history));
+          compare_perf_controlled(rec[i - 1], rec[i], controls_of(rec[i - 1], history), controls_of(rec[i], history));
       cls += " " + verdict_class(v.verdict);
       why = fmt::format("{} ×{:.3f} vs {}: {}", verdict_name(v.verdict), v.ratio, rec[i - 1].commit, v.reason);
     }

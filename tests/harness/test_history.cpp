@@ -392,26 +392,33 @@ TEST(RecordsFromResults, SourceHashFromTheDocument) {
 
 // ---- One step of a perf bisection --------------------------------------------------------------------------
 
-// A results document of one case, its planted path and eager timed (15 samples spread 2% about each median);
-// `eager_source`, when given, is the eager path's source hash in the document; `probe_us`, when given, the host
-// probe of both timings.
-nlohmann::json step_doc(double path_ms, double eager_ms, const std::string& eager_source = "", double probe_us = 0) {
-  const auto timed = [probe_us](const std::string& path, double median) {
-    nlohmann::json e = entry(path, "fwd", median, 15);
-    std::vector<double> samples;
-    for (int i = 0; i < 15; ++i) samples.push_back(median * (0.98 + 0.04 * i / 14.0));
-    e["samples_ms"] = samples, e["q1_ms"] = 0.99 * median, e["q3_ms"] = 1.01 * median, e["min_ms"] = 0.98 * median;
-    e["rel_noise"] = 0.01;
-    if (probe_us > 0) e["host_probe_us"] = probe_us;
-    return e;
-  };
+// A timing of 15 samples spread evenly over +-`spread` about `median`.
+nlohmann::json timed(const std::string& path, const std::string& direction, double median, double spread = 0.02,
+                     double probe_us = 0) {
+  nlohmann::json e = entry(path, direction, median, 15);
+  std::vector<double> samples;
+  for (int i = 0; i < 15; ++i) samples.push_back(median * (1 - spread + 2 * spread * i / 14.0));
+  e["samples_ms"] = samples, e["q1_ms"] = (1 - spread / 2) * median, e["q3_ms"] = (1 + spread / 2) * median;
+  e["min_ms"] = (1 - spread) * median, e["rel_noise"] = spread / 2;
+  if (probe_us > 0) e["host_probe_us"] = probe_us;
+  return e;
+}
+
+// A results document of one case with these timings.
+nlohmann::json case_doc(const nlohmann::json& entries, const std::string& eager_source = "") {
   nlohmann::json c = {{"case", "hc_post/tiny"},
                       {"op", "hc_post"},
-                      {"perf",
-                       {{"ceilings", {{"device", "Test CPU (1 threads)"}, {"driver", ""}}},
-                        {"entries", {timed("planted:slow", path_ms), timed("eager", eager_ms)}}}}};
+                      {"perf", {{"ceilings", {{"device", "Test CPU (1 threads)"}, {"driver", ""}}}, {"entries", entries}}}};
   if (!eager_source.empty()) c["source_hashes"] = {{"eager", eager_source}};
   return {{"schema", "parity.results/1"}, {"environment", {{"commit", "abc123"}}}, {"cases", {c}}};
+}
+
+// A results document of one case, its planted path and eager timed forward (15 samples spread 2% about each
+// median); `eager_source`, when given, is the eager path's source hash in the document; `probe_us`, when given, the
+// host probe of both timings.
+nlohmann::json step_doc(double path_ms, double eager_ms, const std::string& eager_source = "", double probe_us = 0) {
+  return case_doc({timed("planted:slow", "fwd", path_ms, 0.02, probe_us), timed("eager", "fwd", eager_ms, 0.02, probe_us)},
+                  eager_source);
 }
 
 // Eager beside the judged path is the machine's control: the same code slower (or faster) in the candidate's run
@@ -483,6 +490,31 @@ TEST(GateBaselines, EagerTheSameOverridesHostProbesThatMoved) {
   EXPECT_EQ(gate_verdict(base, step_doc(6.0, 1.0, "after", 7.2)).verdict, Verdict::not_comparable);
   // ...and eager that moved (x1.2: apart, but under the CPU threshold, AMBIGUOUS) tells nothing either.
   EXPECT_EQ(gate_verdict(base, step_doc(6.0, 1.2, "", 7.2)).verdict, Verdict::not_comparable);
+}
+
+// Where eager in the path's direction cannot say (too noisy: AMBIGUOUS), eager in the other direction of the same
+// runs is the control: a tiny backward at x1.6 beside eager fwd x1.28 was the machine (run12 on an H100; here x1.59
+// beside x1.4, the CPU threshold being 25%), and a path that moved beyond it is judged all the same.
+TEST(GateBaselines, EagerOfTheOtherDirectionControlsWhereItsOwnCannotSay) {
+  const auto doc = [](double path_bwd, double eager_fwd, double eager_bwd) {
+    return case_doc({timed("planted:slow", "bwd", path_bwd), timed("eager", "fwd", eager_fwd),
+                     timed("eager", "bwd", eager_bwd, 0.6)});
+  };
+  const nlohmann::json base = doc(2.2, 1.3, 4.8);
+  PerfVerdict v = gate_verdict(base, doc(3.5, 1.82, 3.4));  // eager bwd x0.71, its samples overlapping: AMBIGUOUS
+  EXPECT_EQ(v.verdict, Verdict::not_comparable) << v.reason;
+  EXPECT_NE(v.reason.find("the machine ran at another speed: eager fwd, the same code in both, SLOWER x1.400"),
+            std::string::npos)
+      << v.reason;
+  v = gate_verdict(base, doc(6.6, 1.82, 3.4));  // x3 beside the machine's x1.4
+  EXPECT_EQ(v.verdict, Verdict::slower) << v.reason;
+  EXPECT_NE(v.reason.find("beyond the machine's own change (eager fwd, the same code in both, SLOWER x1.400)"),
+            std::string::npos)
+      << v.reason;
+  EXPECT_EQ(gate_verdict(base, doc(3.5, 1.3, 3.4)).verdict, Verdict::slower);  // eager fwd the same: the path moved
+  // Without eager in either direction the same x1.59 is SLOWER: the control decides it.
+  const auto alone = [](double ms) { return case_doc(nlohmann::json::array({timed("planted:slow", "bwd", ms)})); };
+  EXPECT_EQ(gate_verdict(alone(2.2), alone(3.5)).verdict, Verdict::slower);
 }
 
 TEST_F(HistoryDir, SourceHashFollowsTheFiles) {

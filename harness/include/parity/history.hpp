@@ -124,13 +124,21 @@ PerfVerdict compare_perf(const HistoryRecord& baseline, const HistoryRecord& can
 //                  its own: on the 2-core VM 4.8 us in some processes and 7.2 in others, 4 gates of 10 refused as
 //                  NOT-COMPARABLE (probes 1.3-1.8x apart) with eager x0.96-1.10 beside the path;
 //   otherwise      compare_perf's verdict, probes included.
-// A null control (either record missing) or eager's code changed leaves compare_perf's verdict.
+// The control is eager in the path's own direction; where that one cannot say (a record missing, eager's code
+// changed, or its verdict AMBIGUOUS or NOT-COMPARABLE: backward eager on a tiny case is the noisiest timing of a run),
+// eager in the other direction of the same runs, which ran in the same processes on the same machines (run12 on an
+// H100: a launch-bound tiny backward at x1.604 on unchanged kernels, eager bwd beside it AMBIGUOUS x0.855, eager fwd
+// SLOWER x1.281). Neither able to say leaves compare_perf's verdict.
+struct Controls {
+  const HistoryRecord* same = nullptr;   // eager, the path's direction
+  const HistoryRecord* other = nullptr;  // eager, the other direction
+};
 PerfVerdict compare_perf_controlled(const HistoryRecord& baseline, const HistoryRecord& candidate,
-                                    const HistoryRecord* baseline_eager, const HistoryRecord* candidate_eager,
+                                    const Controls& baseline_eager, const Controls& candidate_eager,
                                     const VerdictOptions& o = {});
-// The eager record of the run `r` came from (same case and direction, commit and date) among `records`, if any:
-// the control compare_perf_controlled takes.
-const HistoryRecord* control_of(const HistoryRecord& r, const std::vector<HistoryRecord>& records);
+// The eager records of the run `r` came from (same case, commit and date) among `records`, where there: the
+// controls compare_perf_controlled takes.
+Controls controls_of(const HistoryRecord& r, const std::vector<HistoryRecord>& records);
 // o.threshold when set, else kCpuThreshold for mode "cpu" and kGpuThreshold for the GPU modes.
 double threshold_for(const VerdictOptions& o, const std::string& mode);
 
