@@ -17,14 +17,17 @@ work=${OUT:-/tmp}/hc_ab
 mkdir -p "$work"
 
 # The version's kernel (kernels/cuda/hc.cu, hc.cuh) and standalone bench (bench/hc_cuda_timing.cu, cuda_timing.cuh)
-# in a tree of its own, so that each builds against its own launchers. A directory gives the kernel only; the bench
-# is then this checkout's.
+# in a tree of its own, so that each builds against its own launchers. A directory gives the kernel, and the bench
+# too where it holds one (hc_cuda_timing.cu and cuda_timing.cuh beside hc.cu; else this checkout's: on the device
+# machine, which has no git, a revision is passed as such a directory).
 checkout() {
   local version=$1 dir=$2
   mkdir -p "$dir/kernels/cuda" "$dir/bench"
   if [ -d "$version" ]; then
     cp "$version/hc.cu" "$version/hc.cuh" "$dir/kernels/cuda/"
-    cp "$root/bench/hc_cuda_timing.cu" "$root/bench/cuda_timing.cuh" "$dir/bench/"
+    local bench=$root/bench
+    [ -f "$version/hc_cuda_timing.cu" ] && bench=$version
+    cp "$bench/hc_cuda_timing.cu" "$bench/cuda_timing.cuh" "$dir/bench/"
     return
   fi
   for f in kernels/cuda/hc.cu kernels/cuda/hc.cuh bench/hc_cuda_timing.cu bench/cuda_timing.cuh; do

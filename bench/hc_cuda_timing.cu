@@ -204,11 +204,11 @@ int main(int argc, char** argv) {
                            p ? comb : nullptr, T, H, D, k, s);
       };
       auto fwd_collapse = [&] { kc::launch_collapse(kc::Dtype::bf16, x, pre, y, T, H, D, s); };
-      auto bwd_reduce = [&] { kc::launch_mix_bwd_reduce(kc::Dtype::bf16, x, gy, red, T, H, D, s); };
-      auto bwd_token = [&] {
-        kc::launch_mix_bwd_token(kind, mixes, red, gpost, gcomb, base, scale, coef, gate, p ? hist : nullptr, T, H, D,
-                                 k, s);
+      auto bwd_reduce = [&] {
+        kc::launch_mix_bwd_reduce(kind, kc::Dtype::bf16, x, gy, red, mixes, p ? gcomb : nullptr, base, scale, gate,
+                                  p ? hist : nullptr, T, H, D, k, s);
       };
+      auto bwd_token = [&] { kc::launch_mix_bwd_token(kind, mixes, red, gpost, base, scale, coef, gate, T, H, D, k, s); };
       auto bwd_dx = [&] {
         kc::launch_mix_bwd_dx_dfn(kind, kc::Dtype::bf16, x, gy, coef, fn, gx, part, T, H, D, splits, s);
       };

@@ -248,13 +248,15 @@ void mix_backward(kc::MixKind kind, const std::string& where, const OpContext& c
   at::Tensor part = at::empty({splits, p.m, n}, f32);
 
   const cudaStream_t s = at::cuda::getCurrentCUDAStream();
-  kc::launch_mix_bwd_reduce(p.dt, p.x.data_ptr(), g_y.data_ptr(), red.data_ptr<double>(), p.t, hc, k.hidden, s);
+  kc::launch_mix_bwd_reduce(kind, p.dt, p.x.data_ptr(), g_y.data_ptr(), red.data_ptr<double>(), mixes.data_ptr<float>(),
+                            pre_kind ? g_comb.data_ptr<float>() : nullptr, p.base.data_ptr<float>(),
+                            p.scale.data_ptr<float>(), gate.data_ptr<double>(),
+                            pre_kind ? hist.data_ptr<float>() : nullptr, p.t, hc, k.hidden, mix_consts(k), s);
   check_launch(where, "mix_bwd_reduce");
   kc::launch_mix_bwd_token(kind, mixes.data_ptr<float>(), red.data_ptr<double>(),
-                           pre_kind ? g_post.data_ptr<float>() : nullptr, pre_kind ? g_comb.data_ptr<float>() : nullptr,
-                           p.base.data_ptr<float>(), p.scale.data_ptr<float>(), coef.data_ptr<float>(),
-                           gate.data_ptr<double>(), pre_kind ? hist.data_ptr<float>() : nullptr, p.t, hc, k.hidden,
-                           mix_consts(k), s);
+                           pre_kind ? g_post.data_ptr<float>() : nullptr, p.base.data_ptr<float>(),
+                           p.scale.data_ptr<float>(), coef.data_ptr<float>(), gate.data_ptr<double>(), p.t, hc,
+                           k.hidden, mix_consts(k), s);
   check_launch(where, pre_kind ? "mix_bwd_token<pre>" : "mix_bwd_token<head>");
   kc::launch_mix_bwd_dx_dfn(kind, p.dt, p.x.data_ptr(), g_y.data_ptr(), coef.data_ptr<float>(),
                             p.fn.data_ptr<float>(), grad_x, part.data_ptr<float>(), p.t, hc, k.hidden, splits, s);

@@ -18,10 +18,12 @@ H = 4 instantiation (ptxas, sm_90a):
                                on the tensor cores (fn split exactly into 3 bf16 terms), pre, collapse; a
                                cluster of 16 CTAs per tile of 16 tokens, fp64 cross-warp/CTA sums   128 reg, 225 KB smem
   mix_post_comb<H>             post and comb (Sinkhorn) from the mixes, after mix_fused_fwd    thread/token 47 reg
-  mix_bwd_reduce               per token: sum x^2 and g_pre_h = <g_y, x_h> (fp64 sums)         warp/token   94 reg
-  mix_bwd_token<Pre|Head, H>   per token: sigmoid / Sinkhorn backward (forward recomputed, stages kept
-                               in a global workspace) -> coefficients of the linear+norm backward; the
-                               Sinkhorn's divisions share a reciprocal per line (divide)     thread/token 96 reg*
+  mix_bwd_reduce<H>            per token: sum x^2 and g_pre_h = <g_y, x_h> (fp64 sums); hc_pre: its first
+                               blocks run the Sinkhorn backward meanwhile (forward recomputed, stages kept
+                               in a global workspace; its divisions share a reciprocal per line:
+                               divide_lines)                       warp/token, Sinkhorn thread/token 96 reg
+  mix_bwd_token<Pre|Head, H>   per token: sigmoid backward -> coefficients of the linear+norm backward
+                                                                                             thread/token 44 reg
   mix_bwd_dx_dfn               grad_x = r g_mix @ fn - c x + pre_h g_y (one rounding) and per-split
                                grad_fn partials (r g_mix)^T x; a thread owns 2 columns of fn
                                                                  pre 168 reg (80-byte spill) / head 146, 2 KB smem
@@ -30,8 +32,7 @@ H = 4 instantiation (ptxas, sm_90a):
                                of all streams, tiles of 16 tokens through a 4-stage cp.async ring
                                                                                      128 reg, 49 KB dyn smem
   sum_splits, colsum           fixed-order second reductions (grad_fn; grad_base, grad_scale)
-  (* hc_post_bwd is capped at 128 registers and spills 28 bytes: faster, see the kernel. mix_bwd_token<Pre, 4>
-     spills 16 bytes, outside the Sinkhorn loops.)
+  (* hc_post_bwd is capped at 128 registers and spills 28 bytes: faster, see the kernel.)
 
 Numerics: every sum is fp32 in a fixed order, with no atomics, so each launch is bitwise deterministic for a given
 device and shape. Streams are bf16 or fp32; H (hc) is a run-time value <= kMaxHc: register arrays are sized for
@@ -49,7 +50,8 @@ percentages are one-pass bytes over time, against the copy rate):
   hc_pre  bwd 1.498 ms (27%: reduce 0.227 = 99%, token 0.108, dx_dfn 1.151, sums 0.020); with dx_dfn on the tensor
           cores (mix_bwd_dx_dfn_mma) 0.839 ms (48%: dx_dfn 1.094 -> 0.488 ms, 84% of the copy rate on its own bytes;
           A/B in one process, bench/hc_ab.sh, 3 runs each); with divide_lines and hc a template parameter of the
-          token kernel 0.795 ms (51%: token 0.113 -> 0.067 ms; 0.099 -> 0.043 at 257 tokens, a single thread's chain)
+          token kernel 0.795 ms (51%: token 0.113 -> 0.067 ms; 0.099 -> 0.043 at 257 tokens, a single thread's chain);
+          with the Sinkhorn backward beside the reduce 0.780 ms (52%)
   hc_head fwd 0.453 ms (50%), bwd 0.782 ms (52%: dx_dfn 0.539 = 75%)
   PyTorch eager (HF composition, same run kind): hc_post fwd 6.13 ms, fwd+bwd 13.2; hc_pre fwd 5.40, fwd+bwd 18.2;
   hc_head fwd 5.01, fwd+bwd 16.6.
@@ -698,7 +700,31 @@ struct PreKind : MixLayout<(2 + H4) * H4, 3> {
         if (i < H && j < H) a.comb[(t * H + i) * H + j] = c[i][j];
   }
 
-  // H: a constant (mix_bwd_token is compiled per hc).
+  // d loss / d comb logits (the Sinkhorn backward) into the gate row's comb entries. It needs no x: the first blocks
+  // of mix_bwd_reduce run it, beside the read. H: a constant (compiled per hc).
+  static __device__ __forceinline__ void comb_backward(int64_t t, const MixBwdTokenArgs& a, int H) {
+    const float* mix = a.mixes + t * a.M;
+    const float s2 = __ldg(a.scale + 2);
+    Mat lg, g;
+#pragma unroll
+    for (int i = 0; i < H4; ++i)
+#pragma unroll
+      for (int j = 0; j < H4; ++j) {
+        const bool in = i < H && j < H;
+        const int m = 2 * H + i * H + j;
+        lg[i][j] = in ? logit(mix[m], s2, __ldg(a.base + m)) : 0.f;
+        g[i][j] = in ? a.g_comb[(t * H + i) * H + j] : 0.f;
+      }
+    sinkhorn_backward(lg, g, H, a.hc_eps, a.iters, a.hist, t, a.tokens);
+    double* gg = a.gate + t * GW;
+#pragma unroll
+    for (int i = 0; i < H4; ++i)
+#pragma unroll
+      for (int j = 0; j < H4; ++j)
+        if (i < H && j < H) gg[2 * H + i * H + j] = g[i][j];  // the Sinkhorn backward itself stays fp32
+  }
+
+  // After comb_backward. H: a constant (mix_bwd_token is compiled per hc).
   static __device__ __forceinline__ void bwd_token(int64_t t, const MixBwdTokenArgs& a, int H) {
     const int M = a.M;
     const float* mix = a.mixes + t * M;
@@ -719,25 +745,13 @@ struct PreKind : MixLayout<(2 + H4) * H4, 3> {
       cf[H + h] = float(r * gm);
       dot += gm * m;
     }
-    Mat lg, g;
-#pragma unroll
-    for (int i = 0; i < H4; ++i)
-#pragma unroll
-      for (int j = 0; j < H4; ++j) {
-        const bool in = i < H && j < H;
-        const int m = 2 * H + i * H + j;
-        lg[i][j] = in ? logit(mix[m], s2, __ldg(a.base + m)) : 0.f;
-        g[i][j] = in ? a.g_comb[(t * H + i) * H + j] : 0.f;
-      }
-    sinkhorn_backward(lg, g, H, a.hc_eps, a.iters, a.hist, t, a.tokens);
 #pragma unroll
     for (int i = 0; i < H4; ++i)
 #pragma unroll
       for (int j = 0; j < H4; ++j)
         if (i < H && j < H) {
           const int m = 2 * H + i * H + j;
-          const double gz = g[i][j];  // the Sinkhorn backward itself stays fp32
-          gg[m] = gz;
+          const double gz = gg[m];  // comb_backward's
           sc2 += gz * mix[m];
           const double gm = gz * s2;
           cf[m] = float(r * gm);
@@ -1387,11 +1401,28 @@ __global__ void __launch_bounds__(128) mix_post_comb_kernel(MixFwdArgs a) {
 // mix backward
 // -------------------------------------------------------------------------------------------------------------------
 
-// Per token: sum of squares (the rms scale) and g_pre_h = <g_y, x_h>, one warp per token.
-template <typename T, int V>
+// Per token: sum of squares (the rms scale) and g_pre_h = <g_y, x_h>, one warp per token. With HC > 0 (hc_pre, hc
+// a constant) the grid's first blocks run PreKind::comb_backward instead, a thread per token on half their warps (so
+// that they spread over the SMs): the Sinkhorn backward needs neither x nor g_y, and its ~40 us chain per thread runs
+// under the read rather than after it. It takes issue slots from the read's DFMAs: H100, V4 dims, reduce 0.227 ->
+// 0.263 ms and token 0.066 -> 0.020 ms, the backward 0.797 -> 0.780 ms (0.076 -> 0.067 at 257 tokens).
+constexpr int kCombTokensPerBlock = 128;
+
+template <typename T, int V, int HC>
 __global__ void __launch_bounds__(256) mix_bwd_reduce_kernel(const T* __restrict__ x, const T* __restrict__ gy,
-                                                             double* __restrict__ red, int64_t tokens, int H, int D) {
-  const int64_t t = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+                                                             double* __restrict__ red, int64_t tokens, int H, int D,
+                                                             MixBwdTokenArgs a) {
+  int64_t block = blockIdx.x;
+  if constexpr (HC > 0) {
+    const int64_t comb_blocks = (tokens + kCombTokensPerBlock - 1) / kCombTokensPerBlock;
+    if (block < comb_blocks) {
+      const int64_t t = block * kCombTokensPerBlock + threadIdx.x;
+      if (threadIdx.x < kCombTokensPerBlock && t < tokens) PreKind::comb_backward(t, a, HC);
+      return;
+    }
+    block -= comb_blocks;
+  }
+  const int64_t t = block * (blockDim.x >> 5) + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (t >= tokens) return;
   // fp64: products exact (fma of widened operands), sums in fp64. The scale gradients sum these per-token values
@@ -2117,30 +2148,37 @@ void launch_collapse(Dtype dt, const void* x, const float* pre, void* y, int64_t
   });
 }
 
-void launch_mix_bwd_reduce(Dtype dt, const void* x, const void* grad_y, double* red, int64_t tokens, int hc,
-                           int64_t hidden, cudaStream_t stream) {
+void launch_mix_bwd_reduce(MixKind kind, Dtype dt, const void* x, const void* grad_y, double* red, const float* mixes,
+                           const float* grad_comb, const float* base, const float* scale, double* gate_grads,
+                           float* hist, int64_t tokens, int hc, int64_t hidden, MixConsts k, cudaStream_t stream) {
   check_hc(hc);
   if (tokens == 0) return;
   const bool vec = vec_ok(hidden, {x, grad_y});
-  const unsigned blocks = ceil_div(tokens, kWarpTokensPerBlock);
+  const bool pre = kind == MixKind::pre;
+  const MixBwdTokenArgs a{mixes, red, nullptr, grad_comb, base, scale, nullptr, gate_grads, hist, tokens,
+                          int(hc * hidden), hc, mix_rows(kind, hc), k.hc_eps, k.rms_eps, k.post_mult,
+                          k.sinkhorn_iters};
+  const unsigned blocks = ceil_div(tokens, kWarpTokensPerBlock) + (pre ? ceil_div(tokens, kCombTokensPerBlock) : 0);
   with_dtype(dt, [&](auto tag) {
     using T = decltype(tag);
     with_bool(vec, [&](auto v) {
       constexpr int V = decltype(v)::value ? 8 : 1;
-      mix_bwd_reduce_kernel<T, V><<<blocks, 256, 0, stream>>>(static_cast<const T*>(x),
-                                                              static_cast<const T*>(grad_y), red, tokens, hc,
-                                                              int(hidden));
+      const auto launch = [&](auto comb_hc) {
+        mix_bwd_reduce_kernel<T, V, decltype(comb_hc)::value><<<blocks, 256, 0, stream>>>(
+            static_cast<const T*>(x), static_cast<const T*>(grad_y), red, tokens, hc, int(hidden), a);
+      };
+      if (pre) with_hc(hc, launch);
+      else launch(std::integral_constant<int, 0>{});
     });
   });
 }
 
 void launch_mix_bwd_token(MixKind kind, const float* mixes, const double* red, const float* grad_post,
-                          const float* grad_comb, const float* base, const float* scale, float* coef,
-                          double* gate_grads, float* hist, int64_t tokens, int hc, int64_t hidden, MixConsts k,
-                          cudaStream_t stream) {
+                          const float* base, const float* scale, float* coef, double* gate_grads, int64_t tokens,
+                          int hc, int64_t hidden, MixConsts k, cudaStream_t stream) {
   check_hc(hc);
   if (tokens == 0) return;
-  const MixBwdTokenArgs a{mixes, red, grad_post, grad_comb, base, scale, coef, gate_grads, hist, tokens,
+  const MixBwdTokenArgs a{mixes, red, grad_post, nullptr, base, scale, coef, gate_grads, nullptr, tokens,
                           int(hc * hidden), hc, mix_rows(kind, hc), k.hc_eps, k.rms_eps, k.post_mult,
                           k.sinkhorn_iters};
   with_kind(kind, [&](auto kind_tag) {

@@ -78,16 +78,18 @@ void launch_mix_post_comb(const float* mixes, const float* base, const float* sc
                           int64_t tokens, int hc, MixConsts k, cudaStream_t stream);
 
 // ---- hc_pre / hc_head backward: reduce -> token -> dx_dfn -> sum_splits + colsum ---------------------------------
-// red[t] = { sum x^2, <grad_y, x_h> for h < H }   (red: [T, 1+H], fp64)
-void launch_mix_bwd_reduce(Dtype dt, const void* x, const void* grad_y, double* red, int64_t tokens, int hc,
-                           int64_t hidden, cudaStream_t stream);
-// Per token (one thread each): the gate backward (sigmoids; hc_pre also the Sinkhorn, recomputed with its history
-// in `hist`), giving coef[t] = { r*g_mixes (padded), c = r^2/(HD) <g_mixes, mixes>, pre_h } and
-// gate_grads[t] = { d loss/d logit (padded), per-scale terms }. grad_post / grad_comb / hist: hc_pre only.
+// red[t] = { sum x^2, <grad_y, x_h> for h < H }   (red: [T, 1+H], fp64); hc_pre also the Sinkhorn backward, which
+// needs no x: d loss / d comb logits into gate_grads[t]'s comb entries (the forward recomputed, its history in
+// `hist`). mixes, grad_comb, base, scale, gate_grads, hist and k: hc_pre only (head: null).
+void launch_mix_bwd_reduce(MixKind kind, Dtype dt, const void* x, const void* grad_y, double* red, const float* mixes,
+                           const float* grad_comb, const float* base, const float* scale, double* gate_grads,
+                           float* hist, int64_t tokens, int hc, int64_t hidden, MixConsts k, cudaStream_t stream);
+// Per token (one thread each), after launch_mix_bwd_reduce: the gate backward (sigmoids), giving coef[t] = { r*g_mixes
+// (padded), c = r^2/(HD) <g_mixes, mixes>, pre_h } and gate_grads[t] = { d loss/d logit (padded), per-scale terms }.
+// grad_post: hc_pre only.
 void launch_mix_bwd_token(MixKind kind, const float* mixes, const double* red, const float* grad_post,
-                          const float* grad_comb, const float* base, const float* scale, float* coef,
-                          double* gate_grads, float* hist, int64_t tokens, int hc, int64_t hidden, MixConsts k,
-                          cudaStream_t stream);
+                          const float* base, const float* scale, float* coef, double* gate_grads, int64_t tokens,
+                          int hc, int64_t hidden, MixConsts k, cudaStream_t stream);
 // grad_x = r (g_mixes @ fn) - c x + pre_h grad_y (one rounding); partial[s] = sum over split s of (r g_mixes)^T x.
 // partial: [splits, M, H*D]. Launches even when tokens == 0 (the partials are then zeros).
 void launch_mix_bwd_dx_dfn(MixKind kind, Dtype dt, const void* x, const void* grad_y, const float* coef,
