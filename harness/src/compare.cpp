@@ -164,23 +164,34 @@ Element classify(TA act, TE exp, bool allow_nan) {
 }
 
 // ---- the vector kernel ----------------------------------------------------------------------------------------
-// GCC vector extensions of 32 bytes: one AVX2 register each, two SSE2 ones in the default clone. The types fix the
-// lanes (element k of a block adds to fp64 lane k % 4), never the ISA of the clone that runs, so every clone computes
-// the same bits. (GCC 12 lowers 64-byte vectors to scalar code on AVX2.) The helpers take and return vectors by value:
-// always inlined into the clones, they never make the calls whose ABI GCC warns about for the default target. (The
-// warning comes where templates are instantiated, at the end of the file: it stays off to the end.)
+// GCC vector extensions of kBytes bytes: 32 in the AVX2 clone (two SSE2 registers each in the default clone), 64 in the
+// AVX-512 one (GCC 12 lowers 64-byte vectors to scalar code on AVX2, so the width follows the ISA). Whatever the width,
+// element k of a block adds to fp64 lane k % kLanes of a sum, in the order of k, so every clone computes the same bits.
+// The helpers take and return vectors by value: always inlined into the clones, they never make the calls whose ABI GCC
+// warns about for the default target. (The warning comes where templates are instantiated, at the end of the file: it
+// stays off to the end.)
 #pragma GCC diagnostic ignored "-Wpsabi"
-using v4d = double __attribute__((vector_size(32)));
-using v4l = int64_t __attribute__((vector_size(32)));
-using v4q = uint64_t __attribute__((vector_size(32)));
-using v4f = float __attribute__((vector_size(16)));
-using v8i = int32_t __attribute__((vector_size(32)));
-using v8u = uint32_t __attribute__((vector_size(32)));
-using v8h = uint16_t __attribute__((vector_size(16)));
-using v16s = int16_t __attribute__((vector_size(32)));
-using v32c = int8_t __attribute__((vector_size(32)));
+template <typename T, int kBytes>
+struct VectorOf {
+  typedef T type __attribute__((vector_size(kBytes)));
+};
+template <typename T, int kBytes>
+using Vec = typename VectorOf<T, kBytes>::type;
 constexpr int kLanes = 4;
-static_assert(kErrCopies == kLanes, "a step of the kernel counts each of its errors into a copy of its own");
+using v4d = Vec<double, 32>;
+static_assert(kErrCopies == kLanes, "the errors of kLanes neighbouring elements count into copies of their own");
+
+// The vector types of one width: kDoubles fp64 lanes, kWords 32-bit ones.
+template <int kBytes>
+struct Simd {
+  static constexpr int kDoubles = kBytes / 8, kWords = kBytes / 4;
+  using D = Vec<double, kBytes>;
+  using L = Vec<int64_t, kBytes>;
+  using F = Vec<float, kBytes / 2>;  // kDoubles floats
+  using I = Vec<int32_t, kBytes>;
+  using U = Vec<uint32_t, kBytes>;
+  using H = Vec<uint16_t, kBytes / 2>;  // kWords halves
+};
 
 template <typename V, typename T>
 [[gnu::always_inline]] inline V load(const T* p) {
@@ -192,10 +203,23 @@ template <typename T, typename V>
 [[gnu::always_inline]] inline void store(T* p, const V& v) {
   std::memcpy(p, &v, sizeof v);
 }
-// Element by element: GCC 12 splits __builtin_convertvector between v4f and v4d into two 128-bit conversions.
-[[gnu::always_inline]] inline v4d widen(v4f x) { return v4d{x[0], x[1], x[2], x[3]}; }
-[[gnu::always_inline]] inline v4f narrow(v4d x) {
-  return v4f{static_cast<float>(x[0]), static_cast<float>(x[1]), static_cast<float>(x[2]), static_cast<float>(x[3])};
+// Element by element: GCC 12 splits __builtin_convertvector between vectors of different sizes into 128-bit parts.
+template <typename To, typename From>
+[[gnu::always_inline]] inline To convert(const From& x) {
+  using T = std::remove_cvref_t<decltype(To{}[0])>;
+  return [&]<size_t... J>(std::index_sequence<J...>) {
+    return To{static_cast<T>(x[J])...};
+  }(std::make_index_sequence<sizeof(To) / sizeof(T)>{});
+}
+// fp32 to fp64. At 64 bytes element by element conversions come out as one instruction only while the code that uses
+// them leaves GCC 12 nothing to fold into the single elements (the halves that add_products_in_lane_order takes do):
+// there the instruction is asked for by name.
+template <typename D, typename F>
+[[gnu::always_inline]] inline D widen(const F& x) {
+#if defined(__x86_64__)
+  if constexpr (sizeof(D) == 64) return __builtin_ia32_cvtps2pd512_mask(x, D{}, 0xFF, 4);  // 4: the current rounding
+#endif
+  return convert<D>(x);
 }
 template <typename V>
 [[gnu::always_inline]] inline V vmax(V a, V b) {
@@ -205,7 +229,10 @@ template <typename V>
 [[gnu::always_inline]] inline V vmin(V a, V b) {
   return a < b ? a : b;
 }
-[[gnu::always_inline]] inline v4d vabs(v4d x) { return (v4d)((v4q)x & ~(uint64_t{1} << 63)); }
+template <typename D>
+[[gnu::always_inline]] inline D vabs(D x) {
+  return (D)((Vec<uint64_t, sizeof(D)>)x & ~(uint64_t{1} << 63));
+}
 template <typename V>
 [[gnu::always_inline]] inline auto lane_max(const V& v) {
   auto m = v[0];
@@ -218,6 +245,32 @@ template <typename V>
   for (size_t j = 0; j < sizeof(V) / sizeof(v[0]); ++j) s += static_cast<int64_t>(v[j]);
   return s;
 }
+// sum += x, element j of x into lane j % kLanes, the lower elements first.
+template <typename D>
+[[gnu::always_inline]] inline void add_in_lane_order(v4d& sum, const D& x) {
+  if constexpr (sizeof(D) == sizeof(v4d)) {
+    sum += x;
+  } else {
+    static_assert(sizeof(D) == 2 * sizeof(v4d));
+    sum += __builtin_shufflevector(x, x, 0, 1, 2, 3);
+    sum += __builtin_shufflevector(x, x, 4, 5, 6, 7);
+  }
+}
+
+// sum += x * y as add_in_lane_order adds. With kExact, every product is exact in fp64 (both factors have at most 26
+// significant bits, as fp32 and bf16 values do): a fused multiply-add then rounds as the add alone does, and at 64 bytes
+// (AVX-512, which has FMA) it saves the kernel one instruction in four on these sums.
+template <bool kExact, typename D>
+[[gnu::always_inline]] inline void add_products_in_lane_order(v4d& sum, const D& x, const D& y) {
+#if defined(__x86_64__)
+  if constexpr (kExact && sizeof(D) == 2 * sizeof(v4d)) {
+    sum = __builtin_ia32_vfmaddpd256(__builtin_shufflevector(x, x, 0, 1, 2, 3), __builtin_shufflevector(y, y, 0, 1, 2, 3), sum);
+    sum = __builtin_ia32_vfmaddpd256(__builtin_shufflevector(x, x, 4, 5, 6, 7), __builtin_shufflevector(y, y, 4, 5, 6, 7), sum);
+    return;
+  }
+#endif
+  add_in_lane_order(sum, x * y);
+}
 
 // The kernel takes TU in {fp32, bf16} with each side stored as TU, fp32 or fp64; anything else is scalar.
 template <typename T, typename TU>
@@ -226,30 +279,33 @@ constexpr bool kVectorSide =
                           : (std::is_same_v<TU, float> || std::is_same_v<TU, c10::BFloat16>) &&
                                 (std::is_same_v<T, float> || std::is_same_v<T, double>);
 
-// Eight elements of one side rounded to TU as static_cast<TU> rounds them: the sign and magnitude bits.
+// kWords elements of one side rounded to TU as static_cast<TU> rounds them: the sign and magnitude bits.
+template <typename U>
 struct UlpBits {
-  v8u sign;    // bit 31
-  v8u mag;     // NaN and Inf, and only they, reach UlpFormat<TU>::kInfBits
-  v8u stored;  // the stored value's magnitude as fp32 bits (exact for fp32 and bf16 storage)
+  U sign;    // bit 31
+  U mag;     // NaN and Inf, and only they, reach UlpFormat<TU>::kInfBits
+  U stored;  // the stored value's magnitude as fp32 bits (exact for fp32 and bf16 storage)
 };
 
-template <typename T, typename TU>
-[[gnu::always_inline]] inline UlpBits load_bits(const T* p) {
+template <typename T, typename TU, int kBytes>
+[[gnu::always_inline]] inline UlpBits<typename Simd<kBytes>::U> load_bits(const T* p) {
+  using V = Simd<kBytes>;
+  using U = typename V::U;
   if constexpr (std::is_same_v<T, c10::BFloat16>) {
-    // Element by element: GCC 12 splits __builtin_convertvector here into two 128-bit widenings.
-    const v8h h = load<v8h>(p);
-    const v8u raw = {h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]};
+    const U raw = convert<U>(load<typename V::H>(p));
     return {raw << 16, raw & 0x7FFFu, (raw & 0x7FFFu) << 16};
   } else {
-    v8u f32;
+    U f32;
     if constexpr (std::is_same_v<T, float>) {
-      f32 = load<v8u>(p);
+      f32 = load<U>(p);
     } else {
       // static_cast<TU> of a double goes through float, for bf16 too (c10::BFloat16 has no double constructor).
-      const v4f f[2] = {narrow(load<v4d>(p)), narrow(load<v4d>(p + 4))};
+      using D = typename V::D;
+      using F = typename V::F;
+      const F f[2] = {convert<F>(load<D>(p)), convert<F>(load<D>(p + V::kDoubles))};
       std::memcpy(&f32, f, sizeof f);
     }
-    const v8u m = f32 & 0x7FFFFFFFu;
+    const U m = f32 & 0x7FFFFFFFu;
     if constexpr (std::is_same_v<TU, float>) return {f32, m, m};
     // c10::BFloat16(float)'s round to nearest even, on the magnitude: a finite value's carry never reaches the sign
     // bit, and a NaN lands at or above Inf's bits, which is all the kernel needs to hand its block to the scalar path.
@@ -257,35 +313,43 @@ template <typename T, typename TU>
   }
 }
 
-// Four elements' stored values in fp64. A bf16 side reads the fp32 bits that the first loop of the kernel left in
-// f32: converting there, eight at a time, takes a third of the instructions.
-template <typename T>
-[[gnu::always_inline]] inline v4d load_values(const T* p, const float* f32) {
+// kDoubles elements' stored values in fp64. A bf16 side reads the fp32 bits that the first loop of the kernel left in
+// f32: converting there, a whole vector at a time, takes a third of the instructions.
+template <typename D, typename T>
+[[gnu::always_inline]] inline D load_values(const T* p, const float* f32) {
+  using F = Vec<float, sizeof(D) / 2>;
   if constexpr (std::is_same_v<T, double>) {
-    return load<v4d>(p);
+    return load<D>(p);
   } else if constexpr (std::is_same_v<T, float>) {
-    return widen(load<v4f>(p));
+    return widen<D>(load<F>(p));
   } else {
-    return widen(load<v4f>(f32));
+    return widen<D>(load<F>(f32));
   }
 }
 
-// A block's totals, lane by lane.
+// A block's totals: the floating sums lane by lane, the rest in whatever lanes the width has.
+template <int kBytes>
 struct VectorSums {
+  using D = typename Simd<kBytes>::D;
+  using U = typename Simd<kBytes>::U;
   v4d sum_abs{}, sum_rel{}, sum_aa{}, sum_ee{}, sum_dd{}, sum_ae{};
-  v4d max_abs = v4d{} - 1, max_rel = v4d{} - 1;
-  v8u max_ulp{};
-  v8u ulp_low{}, ulp_high{};  // the distances' low and high 16 bits, each summed exactly over a block
+  D max_abs = D{} - 1, max_rel = D{} - 1;
+  U max_ulp{};
+  U ulp_low{}, ulp_high{};  // the distances' low and high 16 bits, each summed exactly over a block
   double max_abs_expected = 0;
   int64_t rel_defined = 0;
 };
 
+// A chunk's 16-bit halves of distances add up in 32-bit lanes (at least eight to a vector) without passing 2^32.
+static_assert(kChunk / 8 * 0xFFFF < int64_t{1} << 32);
+
 // A block's per-element values, for what lane totals cannot say: where a maximum sits, which elements differ, the
 // histograms and the heatmap. (Where the largest relative error sits is recomputed from abs: it is rarely asked.)
+// Aligned to a cache line, so that no vector load or store of the widest kernel straddles two.
 struct VectorArrays {
-  alignas(32) double abs[kBlock];
-  alignas(32) uint32_t ulp[kBlock];
-  alignas(32) float act_f32[kBlock], exp_f32[kBlock];  // a bf16 side's values as fp32
+  alignas(64) double abs[kBlock];
+  alignas(64) uint32_t ulp[kBlock];
+  alignas(64) float act_f32[kBlock], exp_f32[kBlock];  // a bf16 side's values as fp32
 };
 
 // Prefetches the line holding p[ahead], computed without pointer arithmetic as that element may lie past the tensor.
@@ -294,28 +358,35 @@ template <typename T>
   __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p) + ahead * sizeof(T)));
 }
 
-// Counts errors[0, kErrCopies) into the slot counts, element c into copy c.
+// Counts errors[0, n) into the slot counts, element c into copy c % kErrCopies.
+template <int n>
 [[gnu::always_inline]] inline void count_errors(uint32_t* counts, const double* errors) {
-  for (int c = 0; c < kErrCopies; ++c) ++counts[c * kErrCopyStride + err_slot(errors[c])];
+  for (int c = 0; c < n; ++c) ++counts[c % kErrCopies * kErrCopyStride + err_slot(errors[c])];
 }
 
 // n (a multiple of 32) elements of actual against expected, and with kCountErrors their errors into err_counts. False,
 // with s and b partly written, where one of them is not finite in TU. Two loops, each with few enough accumulators for
 // AVX2's 16 registers (the expected side's magnitude goes to the first where its bits hold it exactly): a sum spilled
 // to the stack would chain every iteration on a store-to-load forward.
-template <typename TA, typename TE, typename TU, bool kCountErrors>
-[[gnu::always_inline]] inline bool scan_vector_block(const TA* act, const TE* exp, int64_t n, VectorSums& s,
+template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
+[[gnu::always_inline]] inline bool scan_vector_block(const TA* act, const TE* exp, int64_t n, VectorSums<kBytes>& s,
                                                      VectorArrays& b, uint32_t* err_counts) {
+  using V = Simd<kBytes>;
+  using D = typename V::D;
+  using L = typename V::L;
+  using I = typename V::I;
+  using U = typename V::U;
   constexpr bool kExpectedBits = !std::is_same_v<TE, double>;
-  v8u max_mag{}, max_expected{};
-  v8i expected_zero{};
-  for (int64_t i = 0; i < n; i += 8) {
+  constexpr bool kExactProducts = !std::is_same_v<TA, double> && !std::is_same_v<TE, double>;
+  U max_mag{}, max_expected{};
+  I expected_zero{};
+  for (int64_t i = 0; i < n; i += V::kWords) {
     // The next block's inputs, spread over this loop: the hardware prefetcher alone falls behind while the rest of the
     // block is computed, and a burst of prefetches at the start of a block stalls it. (Past the end of the tensor they
     // are harmless: prefetches do not fault.)
     prefetch(act + i, kBlock);
     prefetch(exp + i, kBlock);
-    const UlpBits a = load_bits<TA, TU>(act + i), e = load_bits<TE, TU>(exp + i);
+    const UlpBits<U> a = load_bits<TA, TU, kBytes>(act + i), e = load_bits<TE, TU, kBytes>(exp + i);
     if constexpr (std::is_same_v<TA, c10::BFloat16>) store(b.act_f32 + i, a.sign);
     if constexpr (std::is_same_v<TE, c10::BFloat16>) store(b.exp_f32 + i, e.sign);
     max_mag = vmax(max_mag, vmax(a.mag, e.mag));
@@ -325,8 +396,8 @@ template <typename TA, typename TE, typename TU, bool kCountErrors>
     }
     // The ordered-integer distance without forming ordered integers: magnitudes subtract on one side of zero and
     // add across it (+0 and -0 have magnitude 0).
-    const v8i d = (v8i)(a.mag - e.mag);
-    const v8u ulp = (v8i)(a.sign ^ e.sign) < 0 ? a.mag + e.mag : (v8u)(d < 0 ? -d : d);
+    const I d = (I)(a.mag - e.mag);
+    const U ulp = (I)(a.sign ^ e.sign) < 0 ? a.mag + e.mag : (U)(d < 0 ? -d : d);
     store(b.ulp + i, ulp);
     s.max_ulp = vmax(s.max_ulp, ulp);
     if constexpr (sizeof(TU) == 2) {
@@ -337,23 +408,23 @@ template <typename TA, typename TE, typename TU, bool kCountErrors>
     }
   }
   if (lane_max(max_mag) >= UlpFormat<TU>::kInfBits) return false;
-  v4d max_e_abs{};
-  v4l e_zero{};
+  D max_e_abs{};
+  L e_zero{};
   const auto step = [&](int64_t i) {
-    const v4d av = load_values(act + i, b.act_f32 + i), ev = load_values(exp + i, b.exp_f32 + i);
-    const v4d diff = av - ev, err = vabs(diff), e_abs = vabs(ev);
+    const D av = load_values<D>(act + i, b.act_f32 + i), ev = load_values<D>(exp + i, b.exp_f32 + i);
+    const D diff = av - ev, err = vabs(diff), e_abs = vabs(ev);
     // An integer compare: the floating-point ones share pipes with this loop's many additions.
-    const v4l zero = (v4l)e_abs == 0;
+    const L zero = (L)e_abs == 0;
     // 0 where the relative error is not defined: it cannot exceed a defined one, which is at least 0.
-    const v4d rel = (v4d)((v4l)(err / e_abs) & ~zero);
+    const D rel = (D)((L)(err / e_abs) & ~zero);
     store(b.abs + i, err);
-    s.sum_abs += err;
+    add_in_lane_order(s.sum_abs, err);
     s.max_abs = vmax(s.max_abs, err);
-    s.sum_aa += av * av;
-    s.sum_ee += ev * ev;
-    s.sum_dd += diff * diff;
-    s.sum_ae += av * ev;
-    s.sum_rel += rel;
+    add_products_in_lane_order<kExactProducts>(s.sum_aa, av, av);
+    add_products_in_lane_order<kExactProducts>(s.sum_ee, ev, ev);
+    add_in_lane_order(s.sum_dd, diff * diff);
+    add_products_in_lane_order<kExactProducts>(s.sum_ae, av, ev);
+    add_in_lane_order(s.sum_rel, rel);
     s.max_rel = vmax(s.max_rel, rel);
     if constexpr (!kExpectedBits) {
       max_e_abs = vmax(max_e_abs, e_abs);
@@ -363,17 +434,17 @@ template <typename TA, typename TE, typename TU, bool kCountErrors>
   // The histogram's loads and increments go to the scalar and memory pipes beside the vector work of this loop, rather
   // than to a loop of their own. A step counts the errors stored kLag elements before it: a load of part of a store
   // still in flight waits for the store to complete.
-  constexpr int64_t kLag = 8 * kLanes;
+  constexpr int64_t kLag = 32;
   const int64_t lead = std::min(kLag, n);
 #pragma GCC unroll 1
-  for (int64_t i = 0; i < lead; i += kLanes) step(i);
-  for (int64_t i = lead; i < n; i += kLanes) {
+  for (int64_t i = 0; i < lead; i += V::kDoubles) step(i);
+  for (int64_t i = lead; i < n; i += V::kDoubles) {
     step(i);
-    if constexpr (kCountErrors) count_errors(err_counts, b.abs + i - kLag);
+    if constexpr (kCountErrors) count_errors<V::kDoubles>(err_counts, b.abs + i - kLag);
   }
   if constexpr (kCountErrors) {
 #pragma GCC unroll 1
-    for (int64_t i = n - lead; i < n; i += kLanes) count_errors(err_counts, b.abs + i);
+    for (int64_t i = n - lead; i < n; i += V::kDoubles) count_errors<V::kDoubles>(err_counts, b.abs + i);
   }
   if constexpr (kExpectedBits) {
     s.max_abs_expected = std::bit_cast<float>(lane_max(max_expected));
@@ -385,26 +456,51 @@ template <typename TA, typename TE, typename TU, bool kCountErrors>
   return true;
 }
 
-// How many of n (a multiple of 32) distances exceed each of the first K edges. Only edges below a block's largest
-// distance can be exceeded, so a block of small distances counts few.
-template <int K>
-[[gnu::always_inline]] inline void count_above_edges(const uint32_t* ulp, int64_t n, std::array<int64_t, 10>& above) {
+// acc + 1 in the lanes where `holds` is set (all ones). AVX-512 (64 bytes) adds under the compare's mask, one
+// instruction; AVX2 has no masks: it subtracts the all-ones lanes.
+template <typename V>
+[[gnu::always_inline]] inline V count_if(V acc, V holds) {
+  if constexpr (sizeof(V) == 64) return holds ? acc + 1 : acc;
+  return acc - holds;
+}
+
+// How many distances exceed each edge, lane by lane: each 32-bit lane holds two 16-bit counts. Summing the lanes, where
+// small counts would be widened to 64 bits one by one, is left to the end of a chunk: no 16-bit count passes 2^16
+// there.
+template <int kBytes>
+using AboveEdges = std::array<typename Simd<kBytes>::U, kUlpEdges.size()>;
+static_assert(kChunk / 16 < (1 << 16), "a 16-bit count of a chunk's distances counts at most kChunk / 16 of them");
+
+// Adds how many of n (a multiple of 32) distances exceed each of the first K edges to `above`. Only edges below a
+// block's largest distance can be exceeded, so a block of small distances counts few.
+template <int K, int kBytes>
+[[gnu::always_inline]] inline void count_above_edges(const uint32_t* ulp, int64_t n, AboveEdges<kBytes>& above) {
   if constexpr (K > 0) {
     // Distances clamped to what the edges tell apart share a 32-bit lane (four in bytes while the edges stay below
     // 127, else two), so one compare counts that many. Signed lanes: AVX2 has no unsigned compares.
-    constexpr bool kBytes = kUlpEdges[K - 1] < 127;
-    using Lane = std::conditional_t<kBytes, int8_t, int16_t>;
-    using Lanes = std::conditional_t<kBytes, v32c, v16s>;
+    using U = typename Simd<kBytes>::U;
+    constexpr int kWords = Simd<kBytes>::kWords;
+    constexpr bool kInBytes = kUlpEdges[K - 1] < 127;
+    using Lane = std::conditional_t<kInBytes, int8_t, int16_t>;
+    using Lanes = Vec<Lane, kBytes>;
     constexpr int kPack = 4 / sizeof(Lane);
     constexpr uint32_t kClamp = sizeof(Lane) == 1 ? 127 : 2048;
     Lanes acc[K] = {};  // at most kBlock / 32 or kBlock / 16 per lane
-    for (int64_t i = 0; i < n; i += 8 * kPack) {
-      v8u packed{};
-      for (int p = 0; p < kPack; ++p)
-        packed |= vmin(load<v8u>(ulp + i + 8 * p), v8u{} + kClamp) << static_cast<int>(8 * sizeof(Lane) * p);
-      for (int k = 0; k < K; ++k) acc[k] -= (Lanes)packed > static_cast<Lane>(kUlpEdges[k]);
+    // `parts` vectors of distances from ulp + i, the lanes of any missing part 0, which exceeds no edge.
+    const auto count = [&](int64_t i, int parts) {
+      U packed{};
+      for (int p = 0; p < parts; ++p)
+        packed |= vmin(load<U>(ulp + i + kWords * p), U{} + kClamp) << static_cast<int>(8 * sizeof(Lane) * p);
+      for (int k = 0; k < K; ++k) acc[k] = count_if(acc[k], (Lanes)packed > static_cast<Lane>(kUlpEdges[k]));
+    };
+    int64_t i = 0;
+    for (; i + kWords * kPack <= n; i += kWords * kPack) count(i, kPack);
+    // Only in bytes at 64 bytes: 32 distances left, two parts.
+    if (i < n) count(i, static_cast<int>((n - i) / kWords));
+    for (int k = 0; k < K; ++k) {
+      const U counts = (U)acc[k];
+      above[k] += kInBytes ? (counts & 0x00FF00FFu) + ((counts >> 8) & 0x00FF00FFu) : counts;
     }
-    for (int k = 0; k < K; ++k) above[k] = lane_sum(acc[k]);
   }
 }
 
@@ -469,8 +565,8 @@ struct Max {
   }
 };
 
-// One chunk of actual (TA) against expected (TE), ULP-counted in TU.
-template <typename TA, typename TE, typename TU>
+// One chunk of actual (TA) against expected (TE), ULP-counted in TU, with vectors of kBytes bytes.
+template <typename TA, typename TE, typename TU, int kBytes>
 class ChunkScan {
  public:
   // Exactly one of err_counts (Scratch::start_counting) and comparable_errors: where the |err| percentiles come from.
@@ -488,12 +584,12 @@ class ChunkScan {
       int64_t done = 0;
       if constexpr (kVectorSide<TA, TU> && kVectorSide<TE, TU>) {
         if (const int64_t whole = n & ~int64_t{31}; whole > 0) {
-          VectorSums s;
+          VectorSums<kBytes> s;
           VectorArrays& b = scratch_.block;
           const TA* const a = act_ + pos;
           const TE* const e = exp_ + pos;
-          if (err_counts_ ? scan_vector_block<TA, TE, TU, true>(a, e, whole, s, b, err_counts_)
-                          : scan_vector_block<TA, TE, TU, false>(a, e, whole, s, b, nullptr))
+          if (err_counts_ ? scan_vector_block<TA, TE, TU, true, kBytes>(a, e, whole, s, b, err_counts_)
+                          : scan_vector_block<TA, TE, TU, false, kBytes>(a, e, whole, s, b, nullptr))
             add_vector_block(pos, whole, s, b), done = whole;
         }
       }
@@ -515,9 +611,12 @@ class ChunkScan {
     Max<double> max_abs, max_rel;
     Max<int64_t> max_ulp;
     std::array<int64_t, kUlpBuckets> ulp_hist{};
+    int64_t vector_elements = 0;  // in blocks of the vector kernel, whose distances `above` counts
+    AboveEdges<kBytes> above{};
+    typename Simd<kBytes>::U ulp_low{}, ulp_high{};  // VectorSums' summed over the chunk
   };
 
-  void add_vector_block(int64_t pos, int64_t n, const VectorSums& s, const VectorArrays& b) {
+  void add_vector_block(int64_t pos, int64_t n, const VectorSums<kBytes>& s, const VectorArrays& b) {
     Totals& t = t_;
     t.comparable += n;
     for (int j = 0; j < kLanes; ++j) {
@@ -529,7 +628,8 @@ class ChunkScan {
       t.sum_ae[j] += s.sum_ae[j];
     }
     t.rel_defined += s.rel_defined;
-    t.sum_ulp += static_cast<UlpSum>((lane_sum(s.ulp_high) << 16) + lane_sum(s.ulp_low));
+    t.ulp_low += s.ulp_low;
+    t.ulp_high += s.ulp_high;
     t.max_abs_expected = std::max(t.max_abs_expected, s.max_abs_expected);
     // A block rarely holds a new maximum: look for where it sits only then.
     const double block_max_abs = lane_max(s.max_abs), block_max_rel = lane_max(s.max_rel);
@@ -539,18 +639,14 @@ class ChunkScan {
       t.max_rel = {block_max_rel, pos + find_rel(pos, b.abs, block_max_rel)};
     if (block_max_ulp > t.max_ulp.value) t.max_ulp = {block_max_ulp, pos + first_index_of(b.ulp, n, block_max_ulp)};
 
-    std::array<int64_t, kUlpEdges.size()> above{};
+    t.vector_elements += n;
     const int edges_below_max = ulp_bucket(block_max_ulp);
     [&]<int... K>(std::integer_sequence<int, K...>) {
-      ((K == edges_below_max ? count_above_edges<K>(b.ulp, n, above) : void()), ...);
+      ((K == edges_below_max ? count_above_edges<K, kBytes>(b.ulp, n, t.above) : void()), ...);
     }(std::make_integer_sequence<int, kUlpEdges.size() + 1>{});
-    t.bitwise_diff += above[0];
-    t.ulp_hist[0] += n - above[0];
-    for (size_t k = 1; k < above.size(); ++k) t.ulp_hist[k] += above[k - 1] - above[k];
-    t.ulp_hist[above.size()] += above.back();
 
     add_to_grid(pos, n, b.abs, block_max_abs);
-    if (above[0] > 0)
+    if (block_max_ulp > 0)
       for (int64_t k = 0; k < n && p_.first.size() < first_n_; ++k)
         if (b.ulp[k] != 0) p_.first.push_back(pos + k);
     if (comparable_errors_) comparable_errors_->insert(comparable_errors_->end(), b.abs, b.abs + n);
@@ -650,7 +746,14 @@ class ChunkScan {
   static double total(const std::array<double, kLanes>& lanes) { return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]); }
 
   void finish() {
-    const Totals& t = t_;
+    Totals& t = t_;
+    std::array<int64_t, kUlpEdges.size()> above;
+    for (size_t k = 0; k < above.size(); ++k) above[k] = lane_sum((t.above[k] & 0xFFFFu) + (t.above[k] >> 16));
+    t.bitwise_diff += above[0];
+    t.ulp_hist[0] += t.vector_elements - above[0];
+    for (size_t k = 1; k < above.size(); ++k) t.ulp_hist[k] += above[k - 1] - above[k];
+    t.ulp_hist[above.size()] += above.back();
+    t.sum_ulp += static_cast<UlpSum>((lane_sum(t.ulp_high) << 16) + lane_sum(t.ulp_low));
     Partial& p = p_;
     p.bitwise_diff = t.bitwise_diff, p.nan_mismatch = t.nan_mismatch, p.inf_mismatch = t.inf_mismatch;
     p.nan_expected = t.nan_expected, p.both_nan = t.both_nan;
@@ -677,19 +780,41 @@ class ChunkScan {
   int64_t span_begin_ = 0, span_end_ = 0, span_cell_ = 0;  // see find_span
 };
 
-// The vector kernel is written for AVX2 registers; the default clone runs it on SSE2 halves. No fma in the list:
-// a contracted a*a + s rounds differently, and every clone must produce the same bits. flatten: what the clone calls
-// is compiled into it, for its ISA.
+// At 32 bytes the vector kernel is written for AVX2 registers; the default clone runs it on SSE2 halves. No fma in the
+// list: a contracted a*a + s rounds differently, and every clone must produce the same bits. flatten: what the clone
+// calls is compiled into it, for its ISA.
 #if defined(__x86_64__)
 #define PARITY_KERNEL_CLONES __attribute__((target_clones("avx2", "default"), flatten))
 #else
 #define PARITY_KERNEL_CLONES __attribute__((flatten))
 #endif
 template <typename TA, typename TE, typename TU>
-PARITY_KERNEL_CLONES void scan_chunk(const TA* act, const TE* exp, int64_t begin, int64_t end, const Grid& g,
-                                     const CompareOptions& opts, Partial& p, Scratch& scratch, uint32_t* err_counts,
-                                     std::vector<double>* comparable_errors) {
-  ChunkScan<TA, TE, TU>(act, exp, g, opts, p, scratch, err_counts, comparable_errors).scan(begin, end);
+PARITY_KERNEL_CLONES void scan_chunk_32(const TA* act, const TE* exp, int64_t begin, int64_t end, const Grid& g,
+                                        const CompareOptions& opts, Partial& p, Scratch& scratch, uint32_t* err_counts,
+                                        std::vector<double>* comparable_errors) {
+  ChunkScan<TA, TE, TU, 32>(act, exp, g, opts, p, scratch, err_counts, comparable_errors).scan(begin, end);
+}
+
+#if defined(__x86_64__)
+// At 64 bytes, on a CPU with AVX-512: each instruction that is not a step of a sum takes twice the elements. That ISA
+// has FMA, which the file's -ffp-contract=off keeps out of a*a + s.
+template <typename TA, typename TE, typename TU>
+[[gnu::target("arch=x86-64-v4"), gnu::flatten]] void scan_chunk_64(const TA* act, const TE* exp, int64_t begin,
+                                                                    int64_t end, const Grid& g,
+                                                                    const CompareOptions& opts, Partial& p,
+                                                                    Scratch& scratch, uint32_t* err_counts,
+                                                                    std::vector<double>* comparable_errors) {
+  ChunkScan<TA, TE, TU, 64>(act, exp, g, opts, p, scratch, err_counts, comparable_errors).scan(begin, end);
+}
+#endif
+
+template <typename TA, typename TE, typename TU, typename... Args>
+void scan_chunk(Args&&... args) {
+#if defined(__x86_64__)
+  static const bool avx512 = __builtin_cpu_supports("x86-64-v4");
+  if (avx512) return scan_chunk_64<TA, TE, TU>(std::forward<Args>(args)...);
+#endif
+  scan_chunk_32<TA, TE, TU>(std::forward<Args>(args)...);
 }
 
 std::vector<int64_t> unravel(int64_t flat, at::IntArrayRef sizes) {
