@@ -212,8 +212,8 @@ template <typename To, typename From>
   }(std::make_index_sequence<sizeof(To) / sizeof(T)>{});
 }
 // fp32 to fp64. At 64 bytes element by element conversions come out as one instruction only while the code that uses
-// them leaves GCC 12 nothing to fold into the single elements (the halves that add_products_in_lane_order takes do):
-// there the instruction is asked for by name.
+// them leaves GCC 12 nothing to fold into the single elements (the halves that LanePair takes do): there the
+// instruction is asked for by name.
 template <typename D, typename F>
 [[gnu::always_inline]] inline D widen(const F& x) {
 #if defined(__x86_64__)
@@ -245,32 +245,54 @@ template <typename V>
   for (size_t j = 0; j < sizeof(V) / sizeof(v[0]); ++j) s += static_cast<int64_t>(v[j]);
   return s;
 }
-// sum += x, element j of x into lane j % kLanes, the lower elements first.
-template <typename D>
-[[gnu::always_inline]] inline void add_in_lane_order(v4d& sum, const D& x) {
-  if constexpr (sizeof(D) == sizeof(v4d)) {
-    sum += x;
-  } else {
-    static_assert(sizeof(D) == 2 * sizeof(v4d));
-    sum += __builtin_shufflevector(x, x, 0, 1, 2, 3);
-    sum += __builtin_shufflevector(x, x, 4, 5, 6, 7);
-  }
-}
+// Two sums of kLanes fp64 lanes: element j of the x added to the first goes to its lane j % kLanes, element j of the y
+// added to the second to its lane j % kLanes, the lower elements first. At 64 bytes the pair shares one register, the
+// first sum in its lower half: an addition takes the lower halves of x and y together, then the upper ones, so that a
+// sum's step is half an instruction.
+template <int kBytes>
+struct LanePair;
 
-// sum += x * y as add_in_lane_order adds. With kExact, every product is exact in fp64 (both factors have at most 26
-// significant bits, as fp32 and bf16 values do): a fused multiply-add then rounds as the add alone does, and at 64 bytes
-// (AVX-512, which has FMA) it saves the kernel one instruction in four on these sums.
-template <bool kExact, typename D>
-[[gnu::always_inline]] inline void add_products_in_lane_order(v4d& sum, const D& x, const D& y) {
-#if defined(__x86_64__)
-  if constexpr (kExact && sizeof(D) == 2 * sizeof(v4d)) {
-    sum = __builtin_ia32_vfmaddpd256(__builtin_shufflevector(x, x, 0, 1, 2, 3), __builtin_shufflevector(y, y, 0, 1, 2, 3), sum);
-    sum = __builtin_ia32_vfmaddpd256(__builtin_shufflevector(x, x, 4, 5, 6, 7), __builtin_shufflevector(y, y, 4, 5, 6, 7), sum);
-    return;
+template <>
+struct LanePair<32> {
+  v4d lanes[2]{};
+  [[gnu::always_inline]] void add(v4d x, v4d y) {
+    lanes[0] += x;
+    lanes[1] += y;
   }
+  template <bool kExact>
+  [[gnu::always_inline]] void add_squares(v4d x, v4d y) {
+    add(x * x, y * y);
+  }
+  v4d first() const { return lanes[0]; }
+  v4d second() const { return lanes[1]; }
+};
+
+template <>
+struct LanePair<64> {
+  using D = Vec<double, 64>;
+  D both{};
+  [[gnu::always_inline]] void add(D x, D y) {
+    both += __builtin_shufflevector(x, y, 0, 1, 2, 3, 8, 9, 10, 11);
+    both += __builtin_shufflevector(x, y, 4, 5, 6, 7, 12, 13, 14, 15);
+  }
+  // x * x and y * y. With kExact, every square is exact in fp64 (a value of at most 26 significant bits, as fp32 and
+  // bf16 values have): a fused multiply-add then rounds as the add alone does, in one instruction. (The file is built
+  // with -ffp-contract=off, so that no other product and sum fuse.)
+  template <bool kExact>
+  [[gnu::always_inline]] void add_squares(D x, D y) {
+#if defined(__x86_64__)
+    if constexpr (kExact) {
+      for (const D xy : {__builtin_shufflevector(x, y, 0, 1, 2, 3, 8, 9, 10, 11),
+                         __builtin_shufflevector(x, y, 4, 5, 6, 7, 12, 13, 14, 15)})
+        both = __builtin_ia32_vfmaddpd512_mask(xy, xy, both, 0xFF, 4);  // 4: the current rounding
+      return;
+    }
 #endif
-  add_in_lane_order(sum, x * y);
-}
+    add(x * x, y * y);
+  }
+  v4d first() const { return __builtin_shufflevector(both, both, 0, 1, 2, 3); }
+  v4d second() const { return __builtin_shufflevector(both, both, 4, 5, 6, 7); }
+};
 
 // The kernel takes TU in {fp32, bf16} with each side stored as TU, fp32 or fp64; anything else is scalar.
 template <typename T, typename TU>
@@ -332,7 +354,7 @@ template <int kBytes>
 struct VectorSums {
   using D = typename Simd<kBytes>::D;
   using U = typename Simd<kBytes>::U;
-  v4d sum_abs{}, sum_rel{}, sum_aa{}, sum_ee{}, sum_dd{}, sum_ae{};
+  LanePair<kBytes> abs_rel, aa_ee, dd_ae;  // sum_abs and sum_rel, sum_aa and sum_ee, sum_dd and sum_ae
   D max_abs = D{} - 1, max_rel = D{} - 1;
   U max_ulp{};
   U ulp_low{}, ulp_high{};  // the distances' low and high 16 bits, each summed exactly over a block
@@ -377,7 +399,7 @@ template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
   using I = typename V::I;
   using U = typename V::U;
   constexpr bool kExpectedBits = !std::is_same_v<TE, double>;
-  constexpr bool kExactProducts = !std::is_same_v<TA, double> && !std::is_same_v<TE, double>;
+  constexpr bool kExactSquares = !std::is_same_v<TA, double> && !std::is_same_v<TE, double>;  // see add_squares
   U max_mag{}, max_expected{};
   I expected_zero{};
   for (int64_t i = 0; i < n; i += V::kWords) {
@@ -418,13 +440,10 @@ template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
     // 0 where the relative error is not defined: it cannot exceed a defined one, which is at least 0.
     const D rel = (D)((L)(err / e_abs) & ~zero);
     store(b.abs + i, err);
-    add_in_lane_order(s.sum_abs, err);
+    s.abs_rel.add(err, rel);
+    s.aa_ee.template add_squares<kExactSquares>(av, ev);
+    s.dd_ae.add(diff * diff, av * ev);
     s.max_abs = vmax(s.max_abs, err);
-    add_products_in_lane_order<kExactProducts>(s.sum_aa, av, av);
-    add_products_in_lane_order<kExactProducts>(s.sum_ee, ev, ev);
-    add_in_lane_order(s.sum_dd, diff * diff);
-    add_products_in_lane_order<kExactProducts>(s.sum_ae, av, ev);
-    add_in_lane_order(s.sum_rel, rel);
     s.max_rel = vmax(s.max_rel, rel);
     if constexpr (!kExpectedBits) {
       max_e_abs = vmax(max_e_abs, e_abs);
@@ -619,13 +638,15 @@ class ChunkScan {
   void add_vector_block(int64_t pos, int64_t n, const VectorSums<kBytes>& s, const VectorArrays& b) {
     Totals& t = t_;
     t.comparable += n;
+    const v4d sum_abs = s.abs_rel.first(), sum_rel = s.abs_rel.second(), sum_aa = s.aa_ee.first(),
+              sum_ee = s.aa_ee.second(), sum_dd = s.dd_ae.first(), sum_ae = s.dd_ae.second();
     for (int j = 0; j < kLanes; ++j) {
-      t.sum_abs[j] += s.sum_abs[j];
-      t.sum_rel[j] += s.sum_rel[j];
-      t.sum_aa[j] += s.sum_aa[j];
-      t.sum_ee[j] += s.sum_ee[j];
-      t.sum_dd[j] += s.sum_dd[j];
-      t.sum_ae[j] += s.sum_ae[j];
+      t.sum_abs[j] += sum_abs[j];
+      t.sum_rel[j] += sum_rel[j];
+      t.sum_aa[j] += sum_aa[j];
+      t.sum_ee[j] += sum_ee[j];
+      t.sum_dd[j] += sum_dd[j];
+      t.sum_ae[j] += sum_ae[j];
     }
     t.rel_defined += s.rel_defined;
     t.ulp_low += s.ulp_low;
