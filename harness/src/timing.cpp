@@ -379,19 +379,20 @@ constexpr double kFirstEnqueueMs = 0.1;
 constexpr double kMaxLeadMs = 20.0;
 
 // One batch, queued without a host sync, with the GPU kept busy while the host enqueues each timed call, so that
-// launch latency stays outside the events: in cold mode the L2 flush in front of every sample does it; in hot and
-// graph mode a spin kernel (at::cuda::sleep, nvbench's blocking kernel) long enough for the whole batch's enqueue
-// (1.5x the last measured host time, plus 20 us), then one untimed call so that L2 holds the region's data. Without
-// the spin a region shorter than its own launch is timed at the host's launch rate: an 8 MiB copy measured 12.3 us
-// hot but 10.0 us cold on an H100.
+// launch latency stays outside the events: a spin kernel (at::cuda::sleep, nvbench's blocking kernel) long enough for
+// the whole batch's enqueue (1.5x the last measured host time, plus 20 us) goes first, in every mode; in hot and graph
+// mode one untimed call follows it, so that L2 holds the region's data. Without the spin a region shorter than its own
+// launch is timed at the host's launch rate: an 8 MiB copy measured 12.3 us hot but 10.0 us cold on an H100. Cold
+// mode once counted on the L2 flush in front of every sample to cover the enqueue, but a region of several launches
+// with host work between them (a CUDA path's bridge: checks, workspace tensors) takes longer to enqueue than flush and
+// kernels take to run: the tiny hc_head backward read 0.021 or 0.036 ms from one H100 instance to the next, on
+// unchanged kernels.
 void take_gpu_batch(Sampler& s, const GpuRegion& r, std::vector<EventPair>& events, const TimingOptions& o,
                     double& enqueue_ms) {
   const int k = batch_size(s, o);
-  if (!r.flush) {
-    const double lead_ms = std::min(kMaxLeadMs, 1.5 * enqueue_ms * (k + 1) + 0.02);
-    at::cuda::sleep(static_cast<int64_t>(lead_ms * r.cycles_per_ms));
-    r.run();
-  }
+  const double lead_ms = std::min(kMaxLeadMs, 1.5 * enqueue_ms * (k + 1) + 0.02);
+  at::cuda::sleep(static_cast<int64_t>(lead_ms * r.cycles_per_ms));
+  if (!r.flush) r.run();
   const auto enqueue_start = Clock::now();
   for (int i = 0; i < k; ++i) {
     if (r.flush) C10_CUDA_CHECK(cudaMemsetAsync(r.flush->data_ptr(), 0, r.flush->nbytes(), r.stream));

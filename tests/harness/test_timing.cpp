@@ -307,6 +307,23 @@ TEST(GpuTimer, ColdFlushesWhatHotFindsInL2) {
   EXPECT_GT(cold.median_ms, 1.05 * hot.median_ms) << "cold " << cold.median_ms << " ms, hot " << hot.median_ms;
 }
 
+// A region whose host side outlasts its GPU side (here 200 us of host work before a kernel of a few us) is timed by
+// what the GPU does, in every mode: the events must not bracket the host's pace.
+TEST(GpuTimer, HostWorkInTheRegionStaysOutsideTheEvents) {
+  SKIP_WITHOUT_GPU();
+  at::Tensor x = at::zeros({1024}, at::TensorOptions().device(at::kCUDA));
+  const auto region = [&] {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+    x.add_(1);
+  };
+  for (const char* mode : {"cold", "hot"}) {
+    const Timing t = time_region(region, at::kCUDA, gpu_options(mode));
+    EXPECT_LT(t.median_ms, 0.05) << mode << ": the host's 0.2 ms per call showed in the events";
+  }
+}
+
 TEST(GpuTimer, FailedCaptureIsReportedAndLeavesTheStreamUsable) {
   SKIP_WITHOUT_GPU();
   const at::Tensor x = at::randn({1024}, at::TensorOptions().device(at::kCUDA));
