@@ -73,6 +73,7 @@ std::string commit_of(const json& env) {
 
 void set_timing(HistoryRecord& r, const json& t) {
   r.mode = t.value("mode", "");
+  r.method = t.value("timing_method", 1);
   r.median_ms = number(t, "median_ms");
   r.q1_ms = number(t, "q1_ms");
   r.q3_ms = number(t, "q3_ms");
@@ -251,6 +252,7 @@ std::string HistoryRecord::key() const { return case_id + "|" + path + "|" + dir
 
 void set_timing(HistoryRecord& r, const Timing& t) {
   r.mode = t.mode;
+  r.method = t.method;
   r.median_ms = t.median_ms;
   r.q1_ms = t.q1_ms;
   r.q3_ms = t.q3_ms;
@@ -269,8 +271,8 @@ json to_json(const HistoryRecord& r) {
          {"commit", r.commit},       {"build_type", r.build_type}, {"source_hash", r.source_hash},
          {"date", r.date}};
   if (r.n > 0)
-    j["timing"] = {{"mode", r.mode},         {"median_ms", r.median_ms},       {"q1_ms", r.q1_ms},
-                   {"q3_ms", r.q3_ms},       {"min_ms", r.min_ms},             {"n", r.n},
+    j["timing"] = {{"mode", r.mode},         {"timing_method", r.method},      {"median_ms", r.median_ms},
+                   {"q1_ms", r.q1_ms},       {"q3_ms", r.q3_ms},               {"min_ms", r.min_ms},  {"n", r.n},
                    {"rel_noise", r.rel_noise}, {"sm_clock_mhz", r.sm_clock_mhz}, {"host_probe_us", r.host_probe_us},
                    {"dropped_throttled", r.dropped_throttled}, {"samples_ms", r.samples_ms}};
   if (!r.numerics.empty()) {
@@ -439,11 +441,12 @@ double mann_whitney_p(const std::vector<double>& a, const std::vector<double>& b
 
 namespace {
 
-// What was measured on: device, driver, build type, timing mode.
+// What was measured on, and how: device, driver, build type, timing mode and method.
 std::string setup_change(const HistoryRecord& b, const HistoryRecord& c) {
   for (auto [what, x, y] : {std::tuple{"device", &b.device, &c.device}, {"driver", &b.driver, &c.driver},
                             {"build type", &b.build_type, &c.build_type}, {"timing mode", &b.mode, &c.mode}})
     if (*x != *y) return fmt::format("{} changed: '{}' -> '{}'", what, *x, *y);
+  if (b.method != c.method) return fmt::format("timing method changed: {} -> {} (perf.hpp)", b.method, c.method);
   return "";
 }
 

@@ -442,6 +442,7 @@ nlohmann::json to_json(const PerfResult& p) {
     entries.push_back({{"path", e.path},
                        {"direction", e.direction},
                        {"mode", t.mode},
+                       {"timing_method", t.method},
                        {"median_ms", t.median_ms},
                        {"min_ms", t.min_ms},
                        {"q1_ms", t.q1_ms},

@@ -64,6 +64,7 @@ Timing summarize(std::vector<double> samples_ms, const std::string& mode, const 
       throw std::invalid_argument(fmt::format("summarize: {} {} for {} samples", size, what, samples_ms.size()));
   Timing t;
   t.mode = mode;
+  t.method = timing_method(mode);
   // A sample was taken while the machine ran slow when its SM clock is below kThrottledBelow of the median clock,
   // or its host probe took longer than the median probe over kThrottledBelow: at most half of a measurement goes,
   // and one taken mostly in a slow stretch keeps a slow probe median, which the verdicts then see (history.cpp).

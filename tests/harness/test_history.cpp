@@ -176,6 +176,13 @@ TEST(ComparePerf, ChangedSetupIsNotComparable) {
   EXPECT_NE(v.reason.find("driver changed: '' -> '580.2'"), std::string::npos) << v.reason;
   EXPECT_FALSE(v.next.empty());
 
+  // The same mode timed another way (perf.hpp's timing_method: cold mode's lead kernel) is not comparable either.
+  cand = timed(draw(rng, 1.0, 30));
+  cand.method = 2;
+  v = compare_perf(base, cand);
+  EXPECT_EQ(v.verdict, Verdict::not_comparable);
+  EXPECT_NE(v.reason.find("timing method changed: 1 -> 2"), std::string::npos) << v.reason;
+
   cand = timed(draw(rng, 1.0, 30));
   cand.sm_clock_mhz = 1700;
   HistoryRecord clocked = base;
@@ -280,6 +287,7 @@ TEST_F(HistoryDir, JsonlRoundTrip) {
   a.sm_clock_mhz = 1980;
   a.host_probe_us = 19.5;
   a.dropped_throttled = 1;
+  a.method = 2;
   a.numerics["out vs ref:fp64"] = {3, std::nan(""), 1e-5};
   HistoryRecord b;  // numerics only, another op
   b.case_id = "hc_pre/tiny";
@@ -299,6 +307,7 @@ TEST_F(HistoryDir, JsonlRoundTrip) {
   EXPECT_EQ(r.mode, "cpu");
   EXPECT_EQ(r.median_ms, a.median_ms);
   EXPECT_EQ(r.dropped_throttled, 1);
+  EXPECT_EQ(r.method, 2);
   EXPECT_EQ(r.host_probe_us, 19.5);
   EXPECT_TRUE(std::isnan(r.numerics.at("out vs ref:fp64").max_abs));
   EXPECT_EQ(loaded[2].n, 0);
@@ -369,6 +378,7 @@ TEST(RecordsFromResults, OneRecordPerTimedOrCheckedPath) {
   EXPECT_EQ(fwd.numerics.at("grad/x vs ref:fp64").max_ulp, 2);
   EXPECT_TRUE(records[1].numerics.empty());
   EXPECT_EQ(records[3].n, 0);
+  EXPECT_EQ(fwd.method, 1);  // no timing_method in the entry: written before it was recorded
   EXPECT_EQ(fwd.source_hash, source_hash("cpu:v1", "hc"));
   EXPECT_EQ(records[2].source_hash, source_hash("eager", "hc"));
   EXPECT_NE(fwd.source_hash, records[2].source_hash);

@@ -32,6 +32,7 @@ struct HistoryRecord {
   std::string case_id, path, direction;  // the key
   std::string device, driver, commit, build_type, source_hash, date;
   std::string mode;  // timing mode: "cold", "hot", "graph", "cpu"
+  int method = 1;    // timing_method() of perf.hpp; 1 in records written before it was recorded
   double median_ms = 0, q1_ms = 0, q3_ms = 0, min_ms = 0, rel_noise = 0, sm_clock_mhz = 0, host_probe_us = 0;
   int n = 0, dropped_throttled = 0;
   std::vector<double> samples_ms;
@@ -93,12 +94,12 @@ constexpr double kHostProbeNoise = 1.16;
 // change reached an unchanged path at up to ~1.5x eager's log shift (x1.58 beside x1.36).
 constexpr double kBeyondControl = 2.0;
 
-// Why two timings cannot be compared (device, driver, build type or timing mode changed, SM clocks more than 5%
+// Why two timings cannot be compared (device, driver, build type, timing mode or method changed, SM clocks more than 5%
 // apart or host probes more than kHostProbeApart, where both are known); empty when they can.
 std::string incomparability(const HistoryRecord& baseline, const HistoryRecord& candidate);
 
 // Starts at AMBIGUOUS and upgrades only on evidence (nvbench-robust), in this order:
-//   NOT-COMPARABLE  device, driver, build type or timing mode changed
+//   NOT-COMPARABLE  device, driver, build type, timing mode or timing method (perf.hpp) changed
 //   AMBIGUOUS       either side under min_samples kept, or (GPU timings) more than 10% of its samples dropped as
 //                   taken while throttled
 //   NOT-COMPARABLE  SM clocks or host probes apart (judged only on enough samples: a handful says nothing)

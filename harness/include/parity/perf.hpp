@@ -17,6 +17,7 @@
 
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace parity {
@@ -24,9 +25,16 @@ namespace parity {
 struct RunOptions;     // runner.hpp (which includes this header for CaseResult::perf)
 struct TimingOptions;  // timing.hpp
 
+// How timing.cpp measures in a mode, numbered: timings of different methods are not compared (history.hpp). Every
+// mode is at 1 but cold, at 2 since fd484fd: its GPU batches too wait behind a spin kernel that covers their enqueue
+// (before, a region whose host side outlasted the L2 flush and its kernels was timed at the host's pace: on an H100
+// the tiny cases' eager 3-4x slower than the GPU ran it).
+constexpr int timing_method(std::string_view mode) { return mode == "cold" ? 2 : 1; }
+
 // Statistics of one timed region: never a single number.
 struct Timing {
   std::string mode;  // "cold" (L2 flushed before each sample), "hot" (back-to-back), "graph" (CUDA-graph replay), "cpu"
+  int method = 1;  // timing_method(mode)
   std::vector<double> samples_ms;
   double median_ms = 0, min_ms = 0, q1_ms = 0, q3_ms = 0;
   double rel_noise = 0;  // (q3 - q1) / median
