@@ -236,6 +236,7 @@ int main(int argc, char** argv) {
                     (unsigned long long)(p ? device_hash({{post, T * H * 4}, {comb, T * H * H * 4}}) : 0));
       }
       fwd_mix();
+      // hc_pre's reduce row holds its Sinkhorn backward too (mix_bwd_reduce's first blocks), its token row the gates.
       rows.push_back({op + " bwd: reduce", time_ms(bwd_reduce), (T * HD + T * D) * e});
       rows.push_back({op + " bwd: token", time_ms(bwd_token), T * (2 * m + 2 * H + H * H) * 4.0});
       rows.push_back({op + " bwd: dx_dfn", time_ms(bwd_dx), (2 * T * HD + T * D) * e + prm * (1 + splits)});

@@ -679,19 +679,26 @@ struct PreKind : MixLayout<(2 + H4) * H4, 3> {
     post_comb(dots, t, a, a.H);
   }
 
-  // The gates after pre, from a token's mixes: run by fwd_epilogue, and by mix_post_comb after the fused forward (with
-  // H a constant there, so that no loop over the matrix keeps a run-time guard).
-  static __device__ __forceinline__ void post_comb(const float* mix, int64_t t, const MixFwdArgs& a, int H) {
-    const float s1 = __ldg(a.scale + 1), s2 = __ldg(a.scale + 2);
-    for (int h = 0; h < H; ++h) a.post[t * H + h] = a.post_mult * sigmoid(logit(mix[H + h], s1, __ldg(a.base + H + h)));
-    Mat c;
+  // comb's logits (zero past H), the Sinkhorn's input, from a token's mixes.
+  static __device__ __forceinline__ void comb_logits(const float* mix, const float* base, const float* scale, int H,
+                                                     Mat& c) {
+    const float s2 = __ldg(scale + 2);
 #pragma unroll
     for (int i = 0; i < H4; ++i)
 #pragma unroll
       for (int j = 0; j < H4; ++j) {
         const int m = 2 * H + i * H + j;
-        c[i][j] = (i < H && j < H) ? logit(mix[m], s2, __ldg(a.base + m)) : 0.f;
+        c[i][j] = (i < H && j < H) ? logit(mix[m], s2, __ldg(base + m)) : 0.f;
       }
+  }
+
+  // The gates after pre, from a token's mixes: run by fwd_epilogue, and by mix_post_comb after the fused forward (with
+  // H a constant there, so that no loop over the matrix keeps a run-time guard).
+  static __device__ __forceinline__ void post_comb(const float* mix, int64_t t, const MixFwdArgs& a, int H) {
+    const float s1 = __ldg(a.scale + 1);
+    for (int h = 0; h < H; ++h) a.post[t * H + h] = a.post_mult * sigmoid(logit(mix[H + h], s1, __ldg(a.base + H + h)));
+    Mat c;
+    comb_logits(mix, a.base, a.scale, H, c);
     sinkhorn_forward(c, H, a.hc_eps, a.iters, nullptr, t, a.tokens);
 #pragma unroll
     for (int i = 0; i < H4; ++i)
@@ -703,18 +710,12 @@ struct PreKind : MixLayout<(2 + H4) * H4, 3> {
   // d loss / d comb logits (the Sinkhorn backward) into the gate row's comb entries. It needs no x: the first blocks
   // of mix_bwd_reduce run it, beside the read. H: a constant (compiled per hc).
   static __device__ __forceinline__ void comb_backward(int64_t t, const MixBwdTokenArgs& a, int H) {
-    const float* mix = a.mixes + t * a.M;
-    const float s2 = __ldg(a.scale + 2);
     Mat lg, g;
+    comb_logits(a.mixes + t * a.M, a.base, a.scale, H, lg);
 #pragma unroll
     for (int i = 0; i < H4; ++i)
 #pragma unroll
-      for (int j = 0; j < H4; ++j) {
-        const bool in = i < H && j < H;
-        const int m = 2 * H + i * H + j;
-        lg[i][j] = in ? logit(mix[m], s2, __ldg(a.base + m)) : 0.f;
-        g[i][j] = in ? a.g_comb[(t * H + i) * H + j] : 0.f;
-      }
+      for (int j = 0; j < H4; ++j) g[i][j] = i < H && j < H ? a.g_comb[(t * H + i) * H + j] : 0.f;
     sinkhorn_backward(lg, g, H, a.hc_eps, a.iters, a.hist, t, a.tokens);
     double* gg = a.gate + t * GW;
 #pragma unroll
