@@ -2,7 +2,8 @@
 // LibTorch, so that a change to the scan builds and times in seconds (bench_compare_cuda.cpp times compare() whole,
 // through the harness). Build from the repository root:
 //   nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -lineinfo -I. \
-//        bench/compare_cuda_timing.cu harness/cuda/compare.cu -o compare_cuda_timing && ./compare_cuda_timing [log2 n = 30]
+//        bench/compare_cuda_timing.cu harness/cuda/compare.cu -o compare_cuda_timing && ./compare_cuda_timing [log2 n = 30] [cols = n]
+// (the tensor viewed as [n / cols, cols] for the heatmap, as compare() views a tensor by its last dimension)
 // The data are bench_compare_cuda.cpp's: expected ~ N(0, 1) in bf16, actual = expected (1 + 0.01 N(0, 1)) in bf16.
 // Each timing: median of 10 event-timed runs after 2 warm-ups; the scan row is launch_compare_scan alone, the
 // compare row scan + merge + first (10 listed), as compare() runs them (without its zeroing and copy back).
@@ -60,7 +61,14 @@ int main(int argc, char** argv) {
   fill_pair<<<1024, 256>>>(actual, expected, n);
   CK(cudaGetLastError());
 
-  const parity::cmp::GridShape grid{1, n, 1, parity::cmp::kGridSide};
+  const int64_t cols = argc > 2 ? std::atoll(argv[2]) : n;
+  if (cols < 1 || n % cols != 0) {
+    std::fprintf(stderr, "cols must divide n\n");
+    return 2;
+  }
+  const int64_t rows = n / cols, side = parity::cmp::kGridSide;
+  const parity::cmp::GridShape grid{rows, cols, std::min(rows, side), std::min(cols, side)};
+  const int64_t cell_count = grid.cell_rows * grid.cell_cols;
   const cc::ScanLayout layout = cc::scan_layout(n);
   constexpr int kFirst = 10;
   cc::BlockTotals *blocks = nullptr, *total = nullptr;
@@ -72,7 +80,7 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&total, sizeof(cc::BlockTotals)));
   CK(cudaMalloc(&ranges, layout.blocks * sizeof(cc::FirstRange)));
   CK(cudaMalloc(&hist, parity::cmp::kErrBuckets * sizeof(unsigned long long)));
-  CK(cudaMalloc(&cells, parity::cmp::kGridSide * sizeof(unsigned long long)));
+  CK(cudaMalloc(&cells, cell_count * sizeof(unsigned long long)));
   CK(cudaMalloc(&listed, kFirst * sizeof(cc::Listed)));
   CK(cudaMalloc(&words, cc::read_both_blocks() * sizeof(unsigned)));
 
@@ -88,18 +96,18 @@ int main(int argc, char** argv) {
   };
   const double read_ms = median_ms([&] { cc::launch_read_both(actual, n * 2, expected, n * 2, words, nullptr); });
   const double scan_ms = median_ms(scan), compare_ms = median_ms(compare);
-  std::printf("2^%d bf16 pairs, %d blocks\n", log2n, layout.blocks);
+  std::printf("2^%d bf16 pairs as [%lld, %lld], %d blocks\n", log2n, (long long)rows, (long long)cols, layout.blocks);
   std::printf("read both   %8.3f ms  %7.1f GB/s\n", read_ms, 4.0 * n / read_ms / 1e6);
   std::printf("scan        %8.3f ms  x_read %.2f\n", scan_ms, scan_ms / read_ms);
   std::printf("compare     %8.3f ms  x_read %.2f\n", compare_ms, compare_ms / read_ms);
 
   // One clean run for the hash (the histogram and the cells accumulate over runs).
   CK(cudaMemset(hist, 0, parity::cmp::kErrBuckets * sizeof(unsigned long long)));
-  CK(cudaMemset(cells, 0, parity::cmp::kGridSide * sizeof(unsigned long long)));
+  CK(cudaMemset(cells, 0, cell_count * sizeof(unsigned long long)));
   compare();
   CK(cudaDeviceSynchronize());
   cc::BlockTotals t;
-  std::vector<unsigned long long> h(parity::cmp::kErrBuckets), c(parity::cmp::kGridSide);
+  std::vector<unsigned long long> h(parity::cmp::kErrBuckets), c(cell_count);
   std::vector<cc::Listed> l(kFirst);
   CK(cudaMemcpy(&t, total, sizeof t, cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(h.data(), hist, h.size() * 8, cudaMemcpyDeviceToHost));

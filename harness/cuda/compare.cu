@@ -181,6 +181,20 @@ struct ScanArgs {
   unsigned long long* cells;
 };
 
+// Nonzero distances up to 32 are counted in registers, five bits per width 0..5 (bit_width(u - 1)) in one word,
+// emptied into per-thread counters every kPackedVectors vectors, before a field could pass 31.
+constexpr int kPackedWidths = 6;
+constexpr uint32_t kPackedLimit = 32;
+constexpr int kPackedVectors = 3;
+// Where both sides are 16-bit, two distances clamped to kPackedLimit + 1 index a table of their two increments of that
+// word (rows by the second distance).
+constexpr int kPairRows = kPackedLimit + 2, kPairStride = 64;
+
+// The packed word's increment for one distance u: a one in u's width field for 1 <= u <= 32, else nothing.
+__host__ __device__ constexpr uint32_t packed_increment(uint32_t u) {
+  return u == 0 || u > kPackedLimit ? 0 : uint32_t{1} << (5 * cmp::bit_width(u - 1));
+}
+
 // Counts of the elements that are not comparable (NaN and Inf mismatches, matching NaNs): rare, so kept here rather
 // than in every thread's registers.
 struct RareCounts {
@@ -193,17 +207,29 @@ struct ScanShared {
   uint32_t width[kWarps][kWidths];
   unsigned long long cells[cmp::kGridSide * cmp::kGridSide];
   int64_t row_bound[cmp::kGridSide + 1], col_bound[cmp::kGridSide + 1];  // cell k spans [bound[k], bound[k+1])
+  uint8_t segment_cell[2 * cmp::kGridSide];  // the cell column of column j << segment_shift (Heatmap)
+  uint32_t width_pairs[kPairRows * kPairStride];  // Scanner::count_pair's table
   RareCounts rare;
   alignas(8) unsigned char reduce[kWarps * 8];
 };
 
-// The heatmap's cells (their bounds in shared memory) over the [rows, cols] view of the tensor.
+// The heatmap's cells (their bounds in shared memory) over the [rows, cols] view of the tensor. Columns are also cut
+// into segments of 2^segment_shift, no wider than the narrowest cell, so that a segment meets at most two cells:
+// the cell of a column is that of its segment's first column or the next one.
 struct Heatmap {
   const int64_t* row_bound;  // cell row k spans rows [row_bound[k], row_bound[k + 1])
   const int64_t* col_bound;  // cell column k spans columns [col_bound[k], col_bound[k + 1])
+  const uint8_t* segment_cell;
   int64_t cols;
-  int cell_rows, cell_cols;
+  int cell_rows, cell_cols, segment_shift;
 };
+
+// The widest segments no wider than a cell: 2^s <= cols / cell_cols < 2^(s+1), so that at most 2 * cell_cols of them
+// cover the columns.
+__host__ __device__ inline int segment_shift(const cmp::GridShape& g) {
+  const auto narrowest = static_cast<uint64_t>(g.cols / g.cell_cols);
+  return cmp::bit_width(narrowest) - 1;
+}
 
 // Where an element lies: its row and column in the view, and those of its cell.
 struct GridSpot {
@@ -214,22 +240,19 @@ struct GridSpot {
   __device__ void seek_row(const Heatmap& h) {
     while (kr + 1 < h.cell_rows && row >= h.row_bound[kr + 1]) ++kr;
   }
-  // Columns jump about: kc is tried first, then a binary search over the bounds.
+  // Columns jump about: the column's segment names its cell or the one before.
   __device__ void seek_col(const Heatmap& h) {
-    if (col >= h.col_bound[kc] && col < h.col_bound[kc + 1]) return;
-    int lo = 0, hi = h.cell_cols;
-    while (hi - lo > 1) {
-      const int mid = (lo + hi) / 2;
-      if (h.col_bound[mid] <= col) lo = mid;
-      else hi = mid;
-    }
-    kc = lo;
+    const int k = h.segment_cell[col >> h.segment_shift];
+    kc = k + (col >= h.col_bound[k + 1]);
   }
-  __device__ void next(const Heatmap& h) {
-    if (++col == h.cols) col = 0, ++row;
+  // `step` elements on, where step % cols = dcol and step / cols = drow.
+  __device__ void advance(const Heatmap& h, int64_t drow, int64_t dcol) {
+    row += drow, col += dcol;
+    if (col >= h.cols) col -= h.cols, ++row;
     seek_row(h);
     seek_col(h);
   }
+  __device__ void next(const Heatmap& h) { advance(h, 0, 1); }
   __device__ int cell(const Heatmap& h) const { return kr * h.cell_cols + kc; }
   // This element and the n - 1 after it lie in one cell.
   __device__ bool holds(const Heatmap& h, int n) const { return col + n <= h.col_bound[kc + 1]; }
@@ -303,12 +326,6 @@ __device__ __forceinline__ double reciprocal(double y) {
   return fma(fma(e0, e0, e0), r, r);
 }
 
-// Nonzero distances up to 32 are counted in registers, five bits per width 0..5 (bit_width(u - 1)) in one word,
-// emptied into per-thread counters every kPackedVectors vectors, before a field could pass 31.
-constexpr int kPackedWidths = 6;
-constexpr uint32_t kPackedLimit = 32;
-constexpr int kPackedVectors = 3;
-
 template <typename TA, typename TE>
 class Scanner {
  public:
@@ -316,24 +333,27 @@ class Scanner {
   using F = typename Traits<TU>::Format;
   // Distances of every dtype but fp64 fit 32 bits (opposite signs add two magnitudes below 2^31).
   static constexpr bool kFastPath = F::kWidth <= 32;
+  // Both sides stored in one 16-bit TU: the distances of a word's two elements are found together (pair_distance).
+  static constexpr bool kPairs = std::is_same_v<TA, TU> && std::is_same_v<TE, TU> && F::kWidth == 16;
 
   __device__ Scanner(const ScanArgs& args, ScanShared& sh)
       : act_(static_cast<const TA*>(args.actual)), exp_(static_cast<const TE*>(args.expected)),
-        allow_nan_(args.allow_nan), err_(sh.err), width_(sh.width[threadIdx.x / 32]), cells_(sh.cells),
+        allow_nan_(args.allow_nan), err_(sh.err), width_(sh.width[threadIdx.x / 32]), width_pairs_(sh.width_pairs),
+        cells_(sh.cells),
         rare_(sh.rare),
-        heat_{sh.row_bound, sh.col_bound, args.grid.cols, static_cast<int>(args.grid.cell_rows),
-              static_cast<int>(args.grid.cell_cols)} {}
+        heat_{sh.row_bound, sh.col_bound, sh.segment_cell, args.grid.cols, static_cast<int>(args.grid.cell_rows),
+              static_cast<int>(args.grid.cell_cols), segment_shift(args.grid)} {}
 
-  // The block's stretch [begin, end), a tile at a time. Where the tile starts in the heatmap is the same in every
-  // thread (warp-uniform registers); a vector's place is found from it.
+  // The block's stretch [begin, end), a tile at a time. A thread's vector moves on by a tile each step, and so does
+  // its place in the heatmap.
   __device__ void scan(int64_t begin, int64_t end, bool aligned) {
     begin_ = begin;
     const int64_t cols = heat_.cols, drow = kTile / cols, dcol = kTile % cols;
-    GridSpot tile{begin / cols, 0, 0, 0};
-    tile.col = begin - tile.row * cols;
-    tile.seek_row(heat_);
     const int offset = threadIdx.x * kVec;
     int64_t p = begin + offset;
+    GridSpot at{p / cols, p % cols, 0, 0};
+    at.seek_row(heat_);
+    at.seek_col(heat_);
     const auto load = [&](int64_t at, Vec<TA>& a, Vec<TE>& e) {
       if (at < end) a = load8(act_, at, count(at, end), aligned), e = load8(exp_, at, count(at, end), aligned);
     };
@@ -348,12 +368,10 @@ class Scanner {
       Vec<TE> e_next{};
       if constexpr (kPrefetch) load(p + kTile, a_next, e_next);
       else load(p, a, e);
-      if (p < end) scan8(tile, offset, p, count(p, end), a, e);
+      if (p < end) scan8(at, p, count(p, end), a, e);
       if constexpr (kFastPath) share_bars();
       if constexpr (kPrefetch) a = a_next, e = e_next;
-      tile.row += drow, tile.col += dcol;
-      if (tile.col >= cols) tile.col -= cols, ++tile.row;
-      tile.seek_row(heat_);
+      at.advance(heat_, drow, dcol);
     }
     if constexpr (kFastPath) {
       unpack();
@@ -371,18 +389,6 @@ class Scanner {
  private:
   static __device__ int count(int64_t p, int64_t end) { return static_cast<int>(std::min<int64_t>(kVec, end - p)); }
 
-  // The element `offset` elements after the tile's start: offset < kTile, so at most kTile / cols + 1 rows on.
-  __device__ GridSpot spot(const GridSpot& tile, int offset) {
-    const int64_t at = tile.col + offset;
-    const int64_t rows_on = heat_.cols >= kTile ? int64_t{at >= heat_.cols}
-                                                : int64_t{static_cast<uint32_t>(at) / static_cast<uint32_t>(heat_.cols)};
-    GridSpot s{tile.row + rows_on, at - rows_on * heat_.cols, tile.kr, kc_};
-    s.seek_row(heat_);
-    s.seek_col(heat_);
-    kc_ = s.kc;
-    return s;
-  }
-
   // x's bits in TU, shifted to the top of a 32-bit word.
   template <typename T>
   static __device__ uint32_t high_bits(T x) {
@@ -392,12 +398,11 @@ class Scanner {
   // Eight elements all finite in TU with finite stored values (nearly all of real data) take finite8; any others, and
   // the tail, go element by element through cmp::classify_bits, the CPU's definition. (finite8's rare branches loop
   // over the eight unrolled too: a loop that indexes the loaded words at run time puts them in local memory.)
-  __device__ void scan8(const GridSpot& tile, int offset, int64_t p, int n, const Vec<TA>& a, const Vec<TE>& e) {
+  __device__ void scan8(GridSpot at, int64_t p, int n, const Vec<TA>& a, const Vec<TE>& e) {
     if constexpr (kFastPath) {
-      if (n == kVec && all_finite(a, e)) return finite8(tile, offset, p, a, e);
+      if (n == kVec && all_finite(a, e)) return finite8(at, p, a, e);
     }
     // Element by element, each read again (from cache).
-    GridSpot at = spot(tile, offset);
 #pragma unroll 1
     for (int j = 0; j < n; ++j) {
       if (j > 0) at.next(heat_);
@@ -405,18 +410,40 @@ class Scanner {
     }
   }
 
-  // The stored values, through fp32: a sum of magnitudes is finite only where every one is (a sum that overflows
-  // merely sends the vector the exact way). Where a side is stored wider than TU, its values must also be finite in TU.
+  // Where both sides are stored in TU, from the bits alone (exponent_carries). Else from the stored values, through
+  // fp32: a sum of magnitudes is finite only where every one is (a sum that overflows merely sends the vector the exact
+  // way); where a side is stored wider than TU, its values must also be finite in TU.
   static __device__ bool all_finite(const Vec<TA>& a, const Vec<TE>& e) {
-    float magnitudes = 0;
-    uint32_t largest = 0;
+    if constexpr (std::is_same_v<TA, TU> && std::is_same_v<TE, TU>) {
+      return (exponent_carries(a) | exponent_carries(e)) == 0;
+    } else {
+      float magnitudes = 0;
+      uint32_t largest = 0;
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-      magnitudes += fabsf(Traits<TA>::to_float(a[j])) + fabsf(Traits<TE>::to_float(e[j]));
-      if constexpr (!std::is_same_v<TA, TU>) largest = max(largest, high_bits(a[j]) & 0x7FFFFFFFu);
-      if constexpr (!std::is_same_v<TE, TU>) largest = max(largest, high_bits(e[j]) & 0x7FFFFFFFu);
+      for (int j = 0; j < kVec; ++j) {
+        magnitudes += fabsf(Traits<TA>::to_float(a[j])) + fabsf(Traits<TE>::to_float(e[j]));
+        if constexpr (!std::is_same_v<TA, TU>) largest = max(largest, high_bits(a[j]) & 0x7FFFFFFFu);
+        if constexpr (!std::is_same_v<TE, TU>) largest = max(largest, high_bits(e[j]) & 0x7FFFFFFFu);
+      }
+      return magnitudes < CUDART_INF_F && largest < (uint32_t{F::kInfBits} << (32 - F::kWidth));
     }
-    return magnitudes < CUDART_INF_F && largest < (uint32_t{F::kInfBits} << (32 - F::kWidth));
+  }
+
+  // Nonzero where an element of v is Inf or NaN: each exponent field plus its lowest bit carries into the bit above it
+  // (a sign bit, masked off beforehand) exactly where the field is all ones. A 32-bit word holds two 16-bit elements
+  // or one fp32; an fp64's exponent is in its high word.
+  template <typename T>
+  static __device__ uint32_t exponent_carries(const Vec<T>& v) {
+    using G = typename Traits<T>::Format;
+    constexpr uint64_t kLowest = G::kInfBits & (~G::kInfBits + 1);
+    constexpr int kShift = G::kWidth == 64 ? 32 : 0;
+    constexpr uint32_t kField = static_cast<uint32_t>(G::kInfBits >> kShift), kOne = static_cast<uint32_t>(kLowest >> kShift);
+    constexpr uint32_t kPairs = G::kWidth == 16 ? 0x10001u : 1u;  // one copy per element of a word
+    constexpr int kFirst = G::kWidth == 64 ? 1 : 0, kStride = G::kWidth == 64 ? 2 : 1;
+    uint32_t carries = 0;
+#pragma unroll
+    for (int k = kFirst; k < Vec<T>::kWords; k += kStride) carries |= (v.w[k] & kField * kPairs) + kOne * kPairs;
+    return carries & 0x80008000u;
   }
 
   static __device__ double error(TA a, TE e) { return fabs(Traits<TA>::value(a) - Traits<TE>::value(e)); }
@@ -427,6 +454,31 @@ class Scanner {
     const uint32_t ma = ha & 0x7FFFFFFFu, me = he & 0x7FFFFFFFu;
     const uint32_t d = static_cast<int32_t>(ha ^ he) < 0 ? ma + me : static_cast<uint32_t>(abs(static_cast<int32_t>(ma - me)));
     return d >> (32 - F::kWidth);
+  }
+
+  // The distances of the two 16-bit elements of wa and we, finite, as two 16-bit halves (two finite magnitudes add
+  // below 2^16). Each element is keyed so that its order is the keys' order: a negative one flipped below 0x8000, a
+  // positive one lifted above; -0 and +0 then key 0x7FFF and 0x8000, and keys across zero lie one further apart than
+  // the distance, which the signs that differ take back.
+  static __device__ uint32_t pair_distance(uint32_t wa, uint32_t we) {
+    const uint32_t sa = sign_halves(wa), se = sign_halves(we);
+    const uint32_t ka = wa ^ (sa | 0x80008000u), ke = we ^ (se | 0x80008000u);
+    // Each half of the larger key is at least the smaller's plus the sign correction: no borrow crosses the halves.
+    return __vmaxu2(ka, ke) - __vminu2(ka, ke) - ((sa ^ se) & 0x00010001u);
+  }
+  // 0xFFFF in each 16-bit half whose sign bit is set.
+  static __device__ uint32_t sign_halves(uint32_t w) {
+    uint32_t r;
+    asm("prmt.b32 %0, %1, 0, 0xBB99;" : "=r"(r) : "r"(w));
+    return r;
+  }
+  // The packed word's increments of both distances of a pair (packed_increment, from the table).
+  __device__ uint32_t count_pair(uint32_t d) const {
+    constexpr uint32_t kClamp = (kPackedLimit + 1) * 0x10001u;
+    const uint32_t c = __vminu2(d, kClamp);
+    // (c >> 16) * kPairStride + (c & 0xFFFF), with the low half below 2^10 so that c >> 10 shifts it out.
+    static_assert(kPairStride == 1 << 6 && kPackedLimit + 1 < 1 << 10);
+    return width_pairs_[(c >> 10) + (c & 0xFFFFu)];
   }
 
   // What finite8 gathers over its vector besides the thread's sums: the largest distance, the high words of the largest
@@ -443,10 +495,12 @@ class Scanner {
     ThreadTotals<TA, TE, TU>& t = t_;
 #pragma unroll
     for (int j = 0; j < kVec / 2; ++j) {
-      const uint32_t u = distance(high_bits(a[j]), high_bits(e[j]));
-      big.u = max(big.u, u);
-      big.sum_u += u;
-      packed_ += one_at(5 * (top_bit(u - 1) + 1));  // distance 0: shift 160, nothing; above 32: bits 30-31 or nothing
+      if constexpr (!kPairs) {
+        const uint32_t u = distance(high_bits(a[j]), high_bits(e[j]));
+        big.u = max(big.u, u);
+        big.sum_u += u;
+        packed_ += one_at(5 * (top_bit(u - 1) + 1));  // distance 0: shift 160, nothing; above 32: bits 30-31 or nothing
+      }
 
       const double av = Traits<TA>::value(a[j]), ev = Traits<TE>::value(e[j]);
       const double diff = av - ev, x = fabs(diff), e_abs = fabs(ev);
@@ -455,11 +509,11 @@ class Scanner {
       t.sum_ee = fma(ev, ev, t.sum_ee);
       t.sum_dd = fma(diff, diff, t.sum_dd);
       t.sum_ae = fma(av, ev, t.sum_ae);
-      const auto x_hi = static_cast<uint32_t>(__double2hiint(x));
+      const auto x_hi = static_cast<uint32_t>(__double2hiint(diff)) & 0x7FFFFFFFu;  // |diff|'s, off the fp64 pipe
       atomicAdd(&err_[x_hi >> (cmp::kErrShift - 32)], 1u);
       big.x_high = max(big.x_high, x_hi);
       // Where a side is fp64, a nonzero error can have a high word of 0 (a subnormal), so its low words count too.
-      if constexpr (sizeof(TA) == 8 || sizeof(TE) == 8) big.x_low |= static_cast<uint32_t>(__double2loint(x));
+      if constexpr (sizeof(TA) == 8 || sizeof(TE) == 8) big.x_low |= static_cast<uint32_t>(__double2loint(diff));
 
       const double rel = x * reciprocal(e_abs);  // NaN where e is 0, and unused there
       if (ev != 0) {  // where e is 0 the relative error is not defined
@@ -485,12 +539,23 @@ class Scanner {
   // bits anyway); max_rel takes the correctly rounded x / |e|, as on the CPU. That quotient can exceed max_rel only if
   // the approximate one reaches a relative 2^-40 below it (and no quotient here is subnormal: x and |e| come from
   // values finite in TU); quotients by an |e| below 2^-1000, possible where e is fp64, are all exact.
-  __device__ void finite8(const GridSpot& tile, int offset, int64_t p, const Vec<TA>& a, const Vec<TE>& e) {
+  __device__ void finite8(GridSpot at, int64_t p, const Vec<TA>& a, const Vec<TE>& e) {
     ThreadTotals<TA, TE, TU>& t = t_;
     Largest big;
     // A half at a time, in a loop the compiler does not unroll: all eight at once need more registers than there are.
 #pragma unroll 1
     for (int h = 0; h < 2; ++h) finite4(half(a, h), half(e, h), big);
+    if constexpr (kPairs) {
+      uint32_t largest = 0;
+#pragma unroll
+      for (int k = 0; k < Vec<TA>::kWords; ++k) {
+        const uint32_t d = pair_distance(a.w[k], e.w[k]);
+        largest = __vmaxu2(largest, d);
+        big.sum_u = __dp2a_lo(d, 0x0101u, big.sum_u);
+        packed_ += count_pair(d);
+      }
+      big.u = max(largest & 0xFFFFu, largest >> 16);
+    }
     t.comparable += kVec;
     t.rel_defined += big.defined;
     t.sum_ulp += big.sum_u;
@@ -503,7 +568,6 @@ class Scanner {
     const uint32_t rel_key = big.rel_high == 0 ? 0 : 2 * big.rel_high + 1;
     if (big.tiny || x_key >= t.abs_bar || rel_key >= t.rel_bar || big.u >= t.ulp_bar) offer(p, a, e);
 
-    GridSpot at = spot(tile, offset);
     if (at.holds(heat_, kVec)) {
       unsigned long long* const cell = &cells_[at.cell(heat_)];
       if (x_key >= bar_of(__longlong_as_double(static_cast<long long>(*cell)))) raise_cell(cell, largest_error(a, e));
@@ -620,11 +684,11 @@ class Scanner {
   const bool allow_nan_;
   uint32_t* const err_;
   uint32_t* const width_;
+  const uint32_t* const width_pairs_;
   unsigned long long* const cells_;
   RareCounts& rare_;
   const Heatmap heat_;
   int64_t begin_ = 0;
-  int kc_ = 0;  // the cell column of the thread's last vector: likely that of the next
   uint32_t packed_ = 0;
   int packed_vectors_ = 0;
   uint32_t widths_[kPackedWidths] = {};
@@ -678,6 +742,14 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) compare_scan(const Sca
   const int k = threadIdx.x;
   if (k <= args.grid.cell_rows) sh.row_bound[k] = cmp::block_start(k, args.grid.rows, args.grid.cell_rows);
   if (k <= args.grid.cell_cols) sh.col_bound[k] = cmp::block_start(k, args.grid.cols, args.grid.cell_cols);
+  if constexpr (Scanner<TA, TE>::kPairs) {
+    for (int i = threadIdx.x; i < kPairRows * kPairStride; i += kThreads) {
+      const auto lo = static_cast<uint32_t>(i % kPairStride), hi = static_cast<uint32_t>(i / kPairStride);
+      sh.width_pairs[i] = lo < kPairRows ? packed_increment(lo) + packed_increment(hi) : 0;
+    }
+  }
+  if (const int64_t first = int64_t{k} << segment_shift(args.grid); k < 2 * cmp::kGridSide && first < args.grid.cols)
+    sh.segment_cell[k] = static_cast<uint8_t>(cmp::block_of(first, args.grid.cols, args.grid.cell_cols));
   __syncthreads();
 
   const int64_t begin = blockIdx.x * args.stretch, end = std::min(args.numel, begin + args.stretch);
