@@ -28,6 +28,7 @@ fixed-latency waits, loads and the fp64 pipe.
 #include "harness/cuda/compare.cuh"
 
 #include <cuda_fp16.h>
+#include <cuda_pipeline.h>
 #include <math_constants.h>
 
 #include <algorithm>
@@ -326,6 +327,10 @@ __device__ __forceinline__ double reciprocal(double y) {
   return fma(fma(e0, e0, e0), r, r);
 }
 
+// The ring of Scanner::stage: kStages slots a side and thread, in dynamic shared memory (Scanner::kRingBytes).
+constexpr int kStages = 4;
+extern __shared__ uint4 scan_ring[];
+
 template <typename TA, typename TE>
 class Scanner {
  public:
@@ -335,6 +340,9 @@ class Scanner {
   static constexpr bool kFastPath = F::kWidth <= 32;
   // Both sides stored in one 16-bit TU: the distances of a word's two elements are found together (pair_distance).
   static constexpr bool kPairs = std::is_same_v<TA, TU> && std::is_same_v<TE, TU> && F::kWidth == 16;
+  // Both sides 16-bit: a thread's vectors come through its slots of the ring (stage), 16 bytes a side.
+  static constexpr bool kRing = sizeof(TA) == 2 && sizeof(TE) == 2;
+  static constexpr int kRingBytes = kRing ? kStages * 2 * kThreads * 16 : 0;
 
   __device__ Scanner(const ScanArgs& args, ScanShared& sh)
       : act_(static_cast<const TA*>(args.actual)), exp_(static_cast<const TE*>(args.expected)),
@@ -354,24 +362,29 @@ class Scanner {
     GridSpot at{p / cols, p % cols, 0, 0};
     at.seek_row(heat_);
     at.seek_col(heat_);
-    const auto load = [&](int64_t at, Vec<TA>& a, Vec<TE>& e) {
-      if (at < end) a = load8(act_, at, count(at, end), aligned), e = load8(exp_, at, count(at, end), aligned);
-    };
-    // Where both sides are 16-bit, the next tile's loads are issued before this one is computed, so that a thread has
-    // more than 32 bytes in flight; wider pairs have that already, and no registers to spare.
-    constexpr bool kPrefetch = Vec<TA>::kWords + Vec<TE>::kWords <= 8;
-    Vec<TA> a{};
-    Vec<TE> e{};
-    if constexpr (kPrefetch) load(p, a, e);
-    for (int64_t base = begin; base < end; base += kTile, p += kTile) {
-      Vec<TA> a_next{};
-      Vec<TE> e_next{};
-      if constexpr (kPrefetch) load(p + kTile, a_next, e_next);
-      else load(p, a, e);
-      if (p < end) scan8(at, p, count(p, end), a, e);
-      if constexpr (kFastPath) share_bars();
-      if constexpr (kPrefetch) a = a_next, e = e_next;
-      at.advance(heat_, drow, dcol);
+    if constexpr (kRing) {
+      // The tile kStages - 1 on goes into the slot that the last tile was read from (it has been computed since, so
+      // its reads are done), then this tile's copies are waited for: those of the kStages - 1 after it may be pending.
+      for (int s = 0; s < kStages - 1; ++s) stage(s, p + s * kTile, end, aligned);
+      int slot = 0;
+      for (int64_t base = begin; base < end; base += kTile, p += kTile) {
+        stage((slot + kStages - 1) % kStages, p + (kStages - 1) * kTile, end, aligned);
+        __pipeline_wait_prior(kStages - 1);
+        if (p < end) scan8(at, p, count(p, end), from_slot<TA>(slot, 0), from_slot<TE>(slot, 1));
+        share_bars();
+        at.advance(heat_, drow, dcol);
+        slot = (slot + 1) % kStages;
+      }
+      __pipeline_wait_prior(0);
+    } else {
+      for (int64_t base = begin; base < end; base += kTile, p += kTile) {
+        if (p < end) {
+          const int n = count(p, end);
+          scan8(at, p, n, load8(act_, p, n, aligned), load8(exp_, p, n, aligned));
+        }
+        if constexpr (kFastPath) share_bars();
+        at.advance(heat_, drow, dcol);
+      }
     }
     if constexpr (kFastPath) {
       unpack();
@@ -388,6 +401,34 @@ class Scanner {
 
  private:
   static __device__ int count(int64_t p, int64_t end) { return static_cast<int>(std::min<int64_t>(kVec, end - p)); }
+
+  // Slot `slot` of side `side` (0 actual, 1 expected) of this thread.
+  static __device__ uint4* slot_of(int slot, int side) { return &scan_ring[(slot * 2 + side) * kThreads + threadIdx.x]; }
+
+  // Starts the copy of the vector at `at` into slot `slot`, as a group of its own (empty past the end, so that every
+  // tile is one group). A short or unaligned vector is loaded here and stored by the thread itself.
+  __device__ void stage(int slot, int64_t at, int64_t end, bool aligned) const {
+    if (at < end) {
+      const int n = count(at, end);
+      if (n == kVec && aligned) {
+        __pipeline_memcpy_async(slot_of(slot, 0), act_ + at, 16);
+        __pipeline_memcpy_async(slot_of(slot, 1), exp_ + at, 16);
+      } else {
+        *slot_of(slot, 0) = as_uint4(load8(act_, at, n, false));
+        *slot_of(slot, 1) = as_uint4(load8(exp_, at, n, false));
+      }
+    }
+    __pipeline_commit();
+  }
+  template <typename T>
+  static __device__ uint4 as_uint4(const Vec<T>& v) { return {v.w[0], v.w[1], v.w[2], v.w[3]}; }
+  template <typename T>
+  static __device__ Vec<T> from_slot(int slot, int side) {
+    const uint4 q = *slot_of(slot, side);
+    Vec<T> v;
+    v.w[0] = q.x, v.w[1] = q.y, v.w[2] = q.z, v.w[3] = q.w;
+    return v;
+  }
 
   // x's bits in TU, shifted to the top of a 32-bit word.
   template <typename T>
@@ -970,7 +1011,14 @@ void launch_compare_scan(Dtype actual_type, Dtype expected_type, const void* act
   const ScanArgs args{actual, expected, numel, layout.stretch, grid, allow_nan, aligned, blocks, err_hist, cells};
   with_type(actual_type, [&](auto a) {
     with_type(expected_type, [&](auto e) {
-      compare_scan<decltype(a), decltype(e)><<<layout.blocks, kThreads, 0, stream>>>(args);
+      using A = decltype(a);
+      using E = decltype(e);
+      constexpr int kRingBytes = Scanner<A, E>::kRingBytes;
+      // Static and dynamic shared memory together pass 48 KiB: the ring's size is allowed once per pair of types.
+      static const cudaError_t allowed = cudaFuncSetAttribute(
+          compare_scan<A, E>, cudaFuncAttributeMaxDynamicSharedMemorySize, kRingBytes);
+      if (allowed != cudaSuccess) throw std::runtime_error(std::string("compare_scan: ") + cudaGetErrorString(allowed));
+      compare_scan<A, E><<<layout.blocks, kThreads, kRingBytes, stream>>>(args);
     });
   });
 }
