@@ -235,11 +235,21 @@ __host__ __device__ inline int segment_shift(const cmp::GridShape& g) {
 // Where an element lies: its row and column in the view, and those of its cell.
 struct GridSpot {
   int64_t row, col;
+  int64_t next_row;  // where cell row kr + 1 starts; past every row where kr is the last
   int kr, kc;
 
+  __device__ static GridSpot of(const Heatmap& h, int64_t flat) {
+    GridSpot s{flat / h.cols, flat % h.cols, -1, -1, 0};
+    s.seek_row(h);
+    s.seek_col(h);
+    return s;
+  }
   // Along a stretch rows only grow: kr moves up from where it was.
   __device__ void seek_row(const Heatmap& h) {
-    while (kr + 1 < h.cell_rows && row >= h.row_bound[kr + 1]) ++kr;
+    while (row >= next_row) {
+      ++kr;
+      next_row = kr + 1 < h.cell_rows ? h.row_bound[kr + 1] : INT64_MAX;
+    }
   }
   // Columns jump about: the column's segment names its cell or the one before.
   __device__ void seek_col(const Heatmap& h) {
@@ -356,32 +366,33 @@ class Scanner {
   // its place in the heatmap.
   __device__ void scan(int64_t begin, int64_t end, bool aligned) {
     begin_ = begin;
-    const int64_t cols = heat_.cols, drow = kTile / cols, dcol = kTile % cols;
-    const int offset = threadIdx.x * kVec;
-    int64_t p = begin + offset;
-    GridSpot at{p / cols, p % cols, 0, 0};
-    at.seek_row(heat_);
-    at.seek_col(heat_);
+    const int64_t drow = kTile / heat_.cols, dcol = kTile % heat_.cols;
+    const int64_t p0 = begin + threadIdx.x * kVec;
+    // Every thread steps through all the block's tiles (share_bars needs the whole warp); in the first `whole` its
+    // vector has all eight elements.
+    const int tiles = static_cast<int>((end - begin + kTile - 1) / kTile);
+    const int whole = end - p0 >= kVec ? static_cast<int>((end - p0 - kVec) / kTile) + 1 : 0;
+    const auto elements = [&](int k, int64_t p) { return k < whole ? kVec : p < end ? count(p, end) : 0; };
+    GridSpot at = GridSpot::of(heat_, p0);
     if constexpr (kRing) {
-      // The tile kStages - 1 on goes into the slot that the last tile was read from (it has been computed since, so
-      // its reads are done), then this tile's copies are waited for: those of the kStages - 1 after it may be pending.
-      for (int s = 0; s < kStages - 1; ++s) stage(s, p + s * kTile, end, aligned);
-      int slot = 0;
-      for (int64_t base = begin; base < end; base += kTile, p += kTile) {
-        stage((slot + kStages - 1) % kStages, p + (kStages - 1) * kTile, end, aligned);
+      // Tile k + kStages - 1 goes into the slot that tile k - 1 was read from (computed since, so its reads are
+      // done), then tile k's copies are waited for: those of the kStages - 1 after it may be pending.
+      const int copied = aligned ? whole : 0;
+      for (int k = 0; k < kStages - 1; ++k) stage(k, k, p0, end, copied);
+      for (int k = 0; k < tiles; ++k) {
+        const int slot = k % kStages;
+        stage((k + kStages - 1) % kStages, k + kStages - 1, p0, end, copied);
         __pipeline_wait_prior(kStages - 1);
-        if (p < end) scan8(at, p, count(p, end), from_slot<TA>(slot, 0), from_slot<TE>(slot, 1));
+        const int64_t p = p0 + int64_t{k} * kTile;
+        if (const int n = elements(k, p); n > 0) scan8(at, p, n, from_slot<TA>(slot, 0), from_slot<TE>(slot, 1));
         share_bars();
         at.advance(heat_, drow, dcol);
-        slot = (slot + 1) % kStages;
       }
       __pipeline_wait_prior(0);
     } else {
-      for (int64_t base = begin; base < end; base += kTile, p += kTile) {
-        if (p < end) {
-          const int n = count(p, end);
-          scan8(at, p, n, load8(act_, p, n, aligned), load8(exp_, p, n, aligned));
-        }
+      for (int k = 0; k < tiles; ++k) {
+        const int64_t p = p0 + int64_t{k} * kTile;
+        if (const int n = elements(k, p); n > 0) scan8(at, p, n, load8(act_, p, n, aligned), load8(exp_, p, n, aligned));
         if constexpr (kFastPath) share_bars();
         at.advance(heat_, drow, dcol);
       }
@@ -405,18 +416,18 @@ class Scanner {
   // Slot `slot` of side `side` (0 actual, 1 expected) of this thread.
   static __device__ uint4* slot_of(int slot, int side) { return &scan_ring[(slot * 2 + side) * kThreads + threadIdx.x]; }
 
-  // Starts the copy of the vector at `at` into slot `slot`, as a group of its own (empty past the end, so that every
-  // tile is one group). A short or unaligned vector is loaded here and stored by the thread itself.
-  __device__ void stage(int slot, int64_t at, int64_t end, bool aligned) const {
-    if (at < end) {
-      const int n = count(at, end);
-      if (n == kVec && aligned) {
-        __pipeline_memcpy_async(slot_of(slot, 0), act_ + at, 16);
-        __pipeline_memcpy_async(slot_of(slot, 1), exp_ + at, 16);
-      } else {
-        *slot_of(slot, 0) = as_uint4(load8(act_, at, n, false));
-        *slot_of(slot, 1) = as_uint4(load8(exp_, at, n, false));
-      }
+  // Starts the copy of this thread's vector of tile k into slot `slot`, as a group of its own (empty past the end, so
+  // that every tile is one group): 16 bytes a side for the first `copied` tiles; a vector after those (short, or
+  // unaligned) is loaded here and stored by the thread itself.
+  __device__ void stage(int slot, int k, int64_t p0, int64_t end, int copied) const {
+    const int64_t p = p0 + int64_t{k} * kTile;
+    if (k < copied) {
+      __pipeline_memcpy_async(slot_of(slot, 0), act_ + p, 16);
+      __pipeline_memcpy_async(slot_of(slot, 1), exp_ + p, 16);
+    } else if (p < end) {
+      const int n = count(p, end);
+      *slot_of(slot, 0) = as_uint4(load8(act_, p, n, false));
+      *slot_of(slot, 1) = as_uint4(load8(exp_, p, n, false));
     }
     __pipeline_commit();
   }
