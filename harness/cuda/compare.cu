@@ -372,19 +372,24 @@ class Scanner {
     // vector has all eight elements.
     const int tiles = static_cast<int>((end - begin + kTile - 1) / kTile);
     const int whole = end - p0 >= kVec ? static_cast<int>((end - p0 - kVec) / kTile) + 1 : 0;
-    const auto elements = [&](int k, int64_t p) { return k < whole ? kVec : p < end ? count(p, end) : 0; };
+    const auto elements = [&](int k, int64_t p) {
+      if (k < whole) [[likely]] return kVec;
+      return p < end ? count(p, end) : 0;
+    };
     GridSpot at = GridSpot::of(heat_, p0);
     if constexpr (kRing) {
       // Tile k + kStages - 1 goes into the slot that tile k - 1 was read from (computed since, so its reads are
       // done), then tile k's copies are waited for: those of the kStages - 1 after it may be pending.
-      const int copied = aligned ? whole : 0;
-      for (int k = 0; k < kStages - 1; ++k) stage(k, k, p0, end, copied);
+      Stager stager{act_ + p0, exp_ + p0, p0, end, aligned ? whole : 0};
+      for (int k = 0; k < kStages - 1; ++k) stager.next();
       for (int k = 0; k < tiles; ++k) {
-        const int slot = k % kStages;
-        stage((k + kStages - 1) % kStages, k + kStages - 1, p0, end, copied);
+        stager.next();
         __pipeline_wait_prior(kStages - 1);
         const int64_t p = p0 + int64_t{k} * kTile;
-        if (const int n = elements(k, p); n > 0) scan8(at, p, n, from_slot<TA>(slot, 0), from_slot<TE>(slot, 1));
+        if (const int n = elements(k, p); n > 0) {
+          const int slot = k % kStages;
+          scan8(at, p, n, stager.template read<TA>(slot, 0), stager.template read<TE>(slot, 1));
+        }
         share_bars();
         at.advance(heat_, drow, dcol);
       }
@@ -413,33 +418,39 @@ class Scanner {
  private:
   static __device__ int count(int64_t p, int64_t end) { return static_cast<int>(std::min<int64_t>(kVec, end - p)); }
 
-  // Slot `slot` of side `side` (0 actual, 1 expected) of this thread.
-  static __device__ uint4* slot_of(int slot, int side) { return &scan_ring[(slot * 2 + side) * kThreads + threadIdx.x]; }
+  // The copies of a thread's vectors into its slots of the ring, tile after tile, each tile a group of its own (empty
+  // past the end, so that groups and tiles keep in step): 16 bytes a side for the first `copied` tiles; a vector
+  // after those (short, or unaligned) is loaded and stored by the thread itself.
+  struct Stager {
+    const TA* a;
+    const TE* e;
+    int64_t p, end;
+    int copied, k = 0;
+    uint4* const mine = &scan_ring[threadIdx.x];  // slot s of side d at mine[(2 * s + d) * kThreads]
 
-  // Starts the copy of this thread's vector of tile k into slot `slot`, as a group of its own (empty past the end, so
-  // that every tile is one group): 16 bytes a side for the first `copied` tiles; a vector after those (short, or
-  // unaligned) is loaded here and stored by the thread itself.
-  __device__ void stage(int slot, int k, int64_t p0, int64_t end, int copied) const {
-    const int64_t p = p0 + int64_t{k} * kTile;
-    if (k < copied) {
-      __pipeline_memcpy_async(slot_of(slot, 0), act_ + p, 16);
-      __pipeline_memcpy_async(slot_of(slot, 1), exp_ + p, 16);
-    } else if (p < end) {
-      const int n = count(p, end);
-      *slot_of(slot, 0) = as_uint4(load8(act_, p, n, false));
-      *slot_of(slot, 1) = as_uint4(load8(exp_, p, n, false));
+    __device__ void next() {
+      uint4* const slot = mine + (k % kStages) * 2 * kThreads;
+      if (k < copied) [[likely]] {
+        __pipeline_memcpy_async(slot, a, 16);
+        __pipeline_memcpy_async(slot + kThreads, e, 16);
+      } else if (p < end) {
+        const int n = count(p, end);
+        slot[0] = as_uint4(load8(a, 0, n, false));
+        slot[kThreads] = as_uint4(load8(e, 0, n, false));
+      }
+      __pipeline_commit();
+      a += kTile, e += kTile, p += kTile, ++k;
     }
-    __pipeline_commit();
-  }
+    template <typename T>
+    __device__ Vec<T> read(int slot, int side) const {
+      const uint4 q = mine[(2 * slot + side) * kThreads];
+      Vec<T> v;
+      v.w[0] = q.x, v.w[1] = q.y, v.w[2] = q.z, v.w[3] = q.w;
+      return v;
+    }
+  };
   template <typename T>
   static __device__ uint4 as_uint4(const Vec<T>& v) { return {v.w[0], v.w[1], v.w[2], v.w[3]}; }
-  template <typename T>
-  static __device__ Vec<T> from_slot(int slot, int side) {
-    const uint4 q = *slot_of(slot, side);
-    Vec<T> v;
-    v.w[0] = q.x, v.w[1] = q.y, v.w[2] = q.z, v.w[3] = q.w;
-    return v;
-  }
 
   // x's bits in TU, shifted to the top of a 32-bit word.
   template <typename T>
