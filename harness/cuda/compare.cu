@@ -3,13 +3,18 @@ compare()'s fused CUDA comparator (interface and contract: compare.cuh; per-elem
 path: compare_element.hpp).
 
 compare_scan: persistent blocks of 256 threads, two per SM, each block one contiguous stretch walked in tiles of 2048
-elements. A thread loads 8 elements a side (one to four 16-byte loads; where both sides are 16-bit, the next tile's
-loads are issued before this one is computed) and computes them a half at a time (all eight at once spill). It keeps
-its sums in registers, in index order, and the ULP distances up to 32 as five-bit counts packed in one word; larger
-distances go to a per-warp shared histogram by bit_width(u - 1), and every |err| to the block's shared histogram, both
-with integer atomics. Eight elements all finite take finite8, straight-line; maxima and heatmap cells are checked once
-per vector against a cheap key of its largest values, and only a vector that may beat one is offered again exactly
-(the keys of the maxima are shared across the warp after every tile).
+elements. A thread takes 8 elements a side per tile. Where both sides are 16-bit they come through its own slots of a
+ring in shared memory, copied (cp.async) three tiles ahead and read back by the thread alone, so no barrier is
+needed; wider pairs are loaded as they are computed (one to four 16-byte loads a side). The eight are computed a
+half at a time (all eight at once spill). A thread keeps its sums in registers, in index order, and the ULP distances
+up to 32 as five-bit counts packed in one word (where both sides are one 16-bit dtype, two distances are found per
+32-bit word, with packed max/min, and a table gives both counts at once); larger distances go to a per-warp shared
+histogram by bit_width(u - 1), and every |err| to the block's shared histogram, both with integer atomics. Eight
+elements all finite (from the exponent bits where both sides are stored in the ULP dtype) take finite8,
+straight-line; maxima and heatmap cells are checked once per vector against a cheap key of its largest values, and
+only a vector that may beat one is offered again exactly (the keys of the maxima are shared across the warp after
+every tile). A thread's place in the heatmap moves on with its vector, tile by tile; a column's cell comes from a
+table of column segments no wider than a cell.
 Any others, and the tail, go element by element through cmp::classify_bits, the CPU's definition. At the end a
 block's totals are reduced in a fixed order and written to its slot; the histogram and the cells go to global ones
 with integer atomics.
@@ -20,10 +25,13 @@ the first mismatches: which blocks hold them, and where in the list each block's
 compare_first: one block per stretch (those that hold none of the first mismatches return at once), listing them in
 order (a block-wide prefix count per tile) until it has the number asked for.
 
-ptxas (sm_90a): 128 registers; no spills but for bf16 against fp64 and fp64 against bf16 (8-36 bytes).
-Measured (H200, bench/compare_cuda_timing.cu, 2^30 bf16 pairs): 3.87 ms, 4.06x a read of both (4.63x with per-lane
-keys); ncu: ~78 instructions per element, issue slots 64% busy at 16 warps per SM (registers), stalls spread over
-fixed-latency waits, loads and the fp64 pipe.
+ptxas (sm_90a): 110-128 registers; no spills but for bf16 against fp64 and fp64 against bf16 (12-24 bytes).
+Measured (H100, bench/compare_cuda_timing.cu, 2^30 bf16 pairs, scan + merge + first): 2.90 ms, 2.07x a read of both
+(2.78x before the ring, the packed distances, the bit finiteness check and the moving heatmap spot; 3.23x where the
+tensor is [2^18, 4096]); ncu before the ring: ~66 instructions per element, issue slots 58% busy at 16 warps per SM,
+and 14% of warp samples waiting on the loads at their first use, which the ring removed. Tried and dropped: two
+neighbouring vectors a thread and tile (x1.02), the halves unrolled with the vector read again for the rare branches
+(x1.04), three blocks per SM (spills, x1.01), the bars shared every other tile (no change).
 */
 #include "harness/cuda/compare.cuh"
 
