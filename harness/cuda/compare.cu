@@ -345,7 +345,7 @@ __device__ __forceinline__ double reciprocal(double y) {
   return fma(fma(e0, e0, e0), r, r);
 }
 
-// The ring of Scanner::stage: kStages slots a side and thread, in dynamic shared memory (Scanner::kRingBytes).
+// The ring of Scanner::Stager: kStages slots a side and thread, in dynamic shared memory (Scanner::kRingBytes).
 constexpr int kStages = 4;
 extern __shared__ uint4 scan_ring[];
 
@@ -358,7 +358,7 @@ class Scanner {
   static constexpr bool kFastPath = F::kWidth <= 32;
   // Both sides stored in one 16-bit TU: the distances of a word's two elements are found together (pair_distance).
   static constexpr bool kPairs = std::is_same_v<TA, TU> && std::is_same_v<TE, TU> && F::kWidth == 16;
-  // Both sides 16-bit: a thread's vectors come through its slots of the ring (stage), 16 bytes a side.
+  // Both sides 16-bit: a thread's vectors come through its slots of the ring (Stager), 16 bytes a side.
   static constexpr bool kRing = sizeof(TA) == 2 && sizeof(TE) == 2;
   static constexpr int kRingBytes = kRing ? kStages * 2 * kThreads * 16 : 0;
 
@@ -509,11 +509,11 @@ class Scanner {
     constexpr uint64_t kLowest = G::kInfBits & (~G::kInfBits + 1);
     constexpr int kShift = G::kWidth == 64 ? 32 : 0;
     constexpr uint32_t kField = static_cast<uint32_t>(G::kInfBits >> kShift), kOne = static_cast<uint32_t>(kLowest >> kShift);
-    constexpr uint32_t kPairs = G::kWidth == 16 ? 0x10001u : 1u;  // one copy per element of a word
+    constexpr uint32_t kCopies = G::kWidth == 16 ? 0x10001u : 1u;  // one copy per element of a word
     constexpr int kFirst = G::kWidth == 64 ? 1 : 0, kStride = G::kWidth == 64 ? 2 : 1;
     uint32_t carries = 0;
 #pragma unroll
-    for (int k = kFirst; k < Vec<T>::kWords; k += kStride) carries |= (v.w[k] & kField * kPairs) + kOne * kPairs;
+    for (int k = kFirst; k < Vec<T>::kWords; k += kStride) carries |= (v.w[k] & kField * kCopies) + kOne * kCopies;
     return carries & 0x80008000u;
   }
 
@@ -570,7 +570,9 @@ class Scanner {
         const uint32_t u = distance(high_bits(a[j]), high_bits(e[j]));
         big.u = max(big.u, u);
         big.sum_u += u;
-        packed_ += one_at(5 * (top_bit(u - 1) + 1));  // distance 0: shift 160, nothing; above 32: bits 30-31 or nothing
+        // packed_increment(u) in three instructions: distance 0 shifts by 160, nothing; above 32 it sets bits 30-31 or
+        // nothing, which unpack() leaves alone.
+        packed_ += one_at(5 * (top_bit(u - 1) + 1));
       }
 
       const double av = Traits<TA>::value(a[j]), ev = Traits<TE>::value(e[j]);
@@ -1044,9 +1046,9 @@ void launch_compare_scan(Dtype actual_type, Dtype expected_type, const void* act
       using A = decltype(a);
       using E = decltype(e);
       constexpr int kRingBytes = Scanner<A, E>::kRingBytes;
-      // Static and dynamic shared memory together pass 48 KiB: the ring's size is allowed once per pair of types.
-      static const cudaError_t allowed = cudaFuncSetAttribute(
-          compare_scan<A, E>, cudaFuncAttributeMaxDynamicSharedMemorySize, kRingBytes);
+      // Static and dynamic shared memory together pass 48 KiB: the ring's size is allowed, on the current device.
+      const cudaError_t allowed =
+          cudaFuncSetAttribute(compare_scan<A, E>, cudaFuncAttributeMaxDynamicSharedMemorySize, kRingBytes);
       if (allowed != cudaSuccess) throw std::runtime_error(std::string("compare_scan: ") + cudaGetErrorString(allowed));
       compare_scan<A, E><<<layout.blocks, kThreads, kRingBytes, stream>>>(args);
     });
