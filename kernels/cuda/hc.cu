@@ -63,6 +63,7 @@ H200 (copy 4.24 TB/s), same shape, at aa40574 (standalone): hc_post fwd 0.313 ms
 
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
+#include <cudaTypedefs.h>  // CUtensorMap, PFN_cuTensorMapEncodeTiled: the driver's entry point, fetched through the runtime
 
 #include <algorithm>
 #include <map>
@@ -862,6 +863,36 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// TMA: one thread's cp.async.bulk.tensor moves a box of a tensor (described by a CUtensorMap, built on the host) into
+// shared memory and counts its bytes against an mbarrier (complete_tx), which the consumers wait on.
+__device__ __forceinline__ unsigned smem_addr(const void* p) { return unsigned(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(arrivals) : "memory");
+}
+// The initialised barriers visible to the async proxy (the tensor copies) and to the cluster.
+__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+// One arrival that also raises the phase's expected bytes: the phase completes when the bytes have landed.
+__device__ __forceinline__ void mbar_expect_bytes(uint64_t* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
+  asm volatile(
+      "{\n .reg .pred done;\n"
+      "WAIT_%=:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n @!done bra WAIT_%=;\n}\n" ::"r"(
+          smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+// Box at coordinates (c0 innermost .. c3) of a 4-D tensor map; coordinates past the tensor's end read zeros.
+__device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, int c0, int c1, int c2, int c3,
+                                            uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+      "[%6];\n" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(bar))
+      : "memory");
+}
+
 // fnT[k][m] = fn[m][k] for m < M, 0 for M <= m < MP.
 __global__ void __launch_bounds__(256) mix_fn_transpose_kernel(const float* __restrict__ fn, float* __restrict__ fnT,
                                                                int M, int MP, int K) {
@@ -1060,7 +1091,7 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 //   1. mma.sync m16n8k16 bf16 -> fp32: x is bf16 (exact as an operand) and fn is split exactly into three bf16
 //      terms (hi + mid + lo = the fp32 value), so every product is exact and only the sums round. Each warp sums
 //      BPW blocks of 32 k (a 12-MMA fp32 chain), then warps, then the cluster's CTAs are summed in fp64 in a fixed
-//      order; the sum of squares for the rms scale likewise (fp32 over 16 exact squares, then fp64).
+//      order; the sum of squares for the rms scale likewise (on the tensor cores too: sum_squares).
 //   2. CTA r finishes token r of the tile (fp64 sums over the cluster through distributed shared memory): mixes,
 //      pre, and pre written into every CTA's shared memory.
 //   3. Every CTA collapses its slice of the tile from shared memory: y = sum_h pre_h x_h, as collapse_kernel does.
@@ -1074,11 +1105,12 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 // the same bits out (ncu: issue slots 49% busy, ~930 instructions per warp and tile, a sixth of them the fp32 adds
 // behind the MMAs; stalls: waits, barrier, math, membar). Next: more tokens per barrier (register-bound: fn's
 // fragments take 72 of 128 registers), TMA loads in place of the cp.async index arithmetic.
-// k inside a 32-block is permuted so that a thread's A and B fragments are 8 consecutive elements of its row (one
-// 16-byte load each): thread (g = lane / 4, q = lane % 4) holds k = 8q .. 8q + 7 of rows g and g + 8; elements
-// 0-3 feed the first MMA's k pairs (2q, 2q+1) and (2q+8, 2q+9), elements 4-7 the second's. x rows sit in shared
-// memory unpadded with 16-byte chunk i of row r at i ^ 4 (r & 1): the 8 lanes of a quarter-warp then hit 8
-// distinct chunks of 16 bytes.
+// A stage is one TMA box as it lands: x viewed as [stream][hidden / 64][token][64] (4-D tensor map, strides in any
+// order), box (64, 16 tokens, Dc / 64, H), 128-byte swizzle: the 16 tokens of a 64-element chunk are 16 lines of
+// 128 bytes, unit u of line r at u ^ (r % 8) (FusedSlice::at). ldmatrix then reads the multiply's A fragments (8 rows
+// of one unit: 8 distinct bank groups) straight into mma order, and the collapse's 16-byte loads (8 units of a row)
+// are conflict-free too. Before: a cp.async loop (a sixth of the kernel's instructions, ncu H100) and A fragments
+// assembled from 16-byte row loads by register moves (~140 moves per warp and tile at 128 registers).
 
 constexpr int kFusedCluster = 16, kFusedWarps = 16, kFusedTM = 16, kFusedStages = 6;
 constexpr int kFusedThreads = 32 * kFusedWarps;
@@ -1094,9 +1126,18 @@ template <int BPW>
 struct FusedSlice {
   static constexpr int Dc = BPW * kFusedHidden / kFusedCluster;  // hidden slice per CTA
   static constexpr int Kc = H4 * Dc;                              // elements of a token per CTA
-  static constexpr int RowBytes = Kc * 2;
-  static constexpr int StageBytes = kFusedTM * RowBytes;
+  static constexpr int Chunks = Dc / 64;  // 128-byte chunks of a stream's slice
+  static constexpr int StageBytes = kFusedTM * Kc * 2;
   static_assert(Kc / 32 == kFusedWarps * BPW, "every warp owns BPW blocks of 32 k");
+  static_assert(Dc % 64 == 0 && kFusedTM == 16, "a stage is whole 128-byte lines, 16 rows per chunk");
+  // Byte offset in a stage of row r's line of chunk c of stream h, and of its 16-byte unit u (elements 8u .. 8u + 7
+  // of the slice).
+  static __device__ __forceinline__ unsigned line(unsigned h, unsigned r, unsigned c) {
+    return ((h * Chunks + c) * kFusedTM + r) * 128;
+  }
+  static __device__ __forceinline__ unsigned at(unsigned h, unsigned r, unsigned u) {
+    return line(h, r, u / 8) + ((u % 8) ^ (r % 8)) * 16;
+  }
 };
 
 template <int MP, int BPW>
@@ -1106,10 +1147,9 @@ constexpr size_t mix_fused_smem_bytes() {
          + size_t(kFusedWarps) * kFusedTM * 8 * Tl::NT * 4       // warp partials of the dots (fp32)
          + size_t(kFusedWarps) * kFusedTM * 8                    // warp partials of the sum of squares (fp64)
          + size_t(2) * kFusedCluster * Tl::NC * 8                // every CTA's partial row of token `rank` (fp64), x2
-         + size_t(3) * kFusedTM * H4 * 4;                        // pre of the tile's tokens, three tiles
+         + size_t(3) * kFusedTM * H4 * 4                         // pre of the tile's tokens, three tiles
+         + size_t(kFusedStages) * 8;                             // an mbarrier per ring stage
 }
-
-__device__ __forceinline__ int fused_chunk(int row, int chunk) { return chunk ^ ((row & 1) << 2); }
 
 // The cluster barrier in its two halves (cluster.sync() is both at once): release on arrive, acquire on wait, so
 // the shared-memory writes before an arrive are visible after the matching wait in every CTA of the cluster.
@@ -1129,6 +1169,20 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Four 8x8 bf16 matrices from shared memory, lane l giving the address of row l % 8 of matrix l / 8; register i of
+// each lane gets matrix i in the mma fragment layout (Trans: transposed).
+template <bool Trans>
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  if constexpr (Trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
 // acc += A (B_lo + B_mid + B_hi), fn's three bf16 terms (split_terms<3>) chained on the tensor cores from zero, the
 // small terms first, then added to acc with round-to-nearest. The tensor cores' fp32 accumulation rounds toward
 // zero: run through acc itself (C = acc) it truncated the running sum at every step, a bias that does not average out
@@ -1137,13 +1191,30 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
 // step's own sum: the lo and mid products (2^-16 and 2^-8 of it) lose bits of their own size only, and the hi
 // product's truncation is the one a separate MMA had, with a third of the round-to-nearest adds.
 // Not volatile: the compiler may interleave independent chains.
+// first: acc = the chain's sum (the accumulator's first step, no add of a zero).
 __device__ __forceinline__ void mma_bf16_split3(float (&acc)[4], const uint32_t (&a)[4], const uint32_t (&b)[3][4],
-                                                int half) {
+                                                int half, bool first = false) {
   float d[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
   for (int i = 0; i < 3; ++i) mma16816(d, a, b[i][2 * half], b[i][2 * half + 1]);
 #pragma unroll
-  for (int e = 0; e < 4; ++e) acc[e] = __fadd_rn(acc[e], d[e]);
+  for (int e = 0; e < 4; ++e) acc[e] = first ? d[e] : __fadd_rn(acc[e], d[e]);
+}
+
+// The sums of squares of the 16 rows of an A fragment on the tensor cores: with the fragment's own registers as B
+// (rows 0-7, then rows 8-15, as the 8 columns), the product is X X^T for those columns, and its diagonal is each row's
+// sum of squares: thread (g, q) with q = g / 2 holds row g's in d[g % 2] of the first and row g + 8's in d[2 + g % 2]
+// of the second. Exact bf16 squares, summed from zero per k-step and added with round-to-nearest, as the dots are.
+// Two MMAs replace 16 shift-and-FFMA pairs per thread; the 14 off-diagonal entries of each are wasted work.
+__device__ __forceinline__ void sum_squares(float (&lo)[2], float (&hi)[2], const uint32_t (&a)[4], bool first) {
+  float d0[4] = {0.f, 0.f, 0.f, 0.f}, d8[4] = {0.f, 0.f, 0.f, 0.f};
+  mma16816(d0, a, a[0], a[2]);
+  mma16816(d8, a, a[1], a[3]);
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    lo[e] = first ? d0[e] : __fadd_rn(lo[e], d0[e]);
+    hi[e] = first ? d8[2 + e] : __fadd_rn(hi[e], d8[2 + e]);
+  }
 }
 
 // (w0, w1) as N bf16 terms, the largest in out[N-1] (the chains add the small terms first): each step takes 8
@@ -1165,7 +1236,7 @@ struct FusedArgs {
 };
 
 template <class Kind, int BPW>
-__global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const bf16* __restrict__ x,
+__global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const __grid_constant__ CUtensorMap xmap,
                                                                          const float* __restrict__ fn, FusedArgs fa) {
   namespace cg = cooperative_groups;
   using Tl = FusedTile<Kind::MP>;
@@ -1179,12 +1250,13 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
   const int64_t tiles = (a.tokens + kFusedTM - 1) / kFusedTM;
   const int64_t cluster_id = blockIdx.x / kFusedCluster, clusters = gridDim.x / kFusedCluster;
 
-  extern __shared__ __align__(16) unsigned char smem[];
-  unsigned char* ring = smem;
+  extern __shared__ __align__(1024) unsigned char fused_smem[];  // 128-byte-swizzled TMA destinations: 1024-aligned
+  unsigned char* ring = fused_smem;
   float* wdot = reinterpret_cast<float*>(ring + size_t(kFusedStages) * Sl::StageBytes);  // [warp][row][8 NT]
   double* wss = reinterpret_cast<double*>(wdot + kFusedWarps * kFusedTM * 8 * NT);        // [warp][row]
   double* gpart = wss + kFusedWarps * kFusedTM;                                           // [2][CTA][NC]
   float* spre = reinterpret_cast<float*>(gpart + 2 * kFusedCluster * NC);                 // [3][row][H4]
+  uint64_t* landed = reinterpret_cast<uint64_t*>(spre + 3 * kFusedTM * H4);               // [stage]
 
   // Block j of this warp: stream s, offset j0 in the slice; its k in fn's flattened [H][D] row.
   auto block_k = [&](int j) {
@@ -1201,7 +1273,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
       const int m = nt * 8 + g;
       float w[8];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) w[e] = m < a.M ? __ldg(fn + int64_t(m) * K + block_k(j) + 8 * q + e) : 0.f;
+      for (int e = 0; e < 8; ++e)  // pair p = e / 2: k = 8p + 2q (+1), the B fragment's b0, b1 of both k-steps
+        w[e] = m < a.M ? __ldg(fn + int64_t(m) * K + block_k(j) + 8 * (e / 2) + 2 * q + e % 2) : 0.f;
 #pragma unroll
       for (int p = 0; p < 4; ++p) {
         uint32_t t3[3];
@@ -1211,34 +1284,21 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
       }
     }
 
-  // One tile's slice of x into ring stage `st`: 16-byte chunks, rows past the last token zero-filled.
-  // One tile's slice of x into ring stage `st`: 16-byte chunks, rows past the last token zero-filled. Unsigned
-  // and compile-time widths: the index arithmetic is shifts (it sits between the tile's barrier and its multiply).
+  // One tile's slice of x into ring stage `st` by one thread: the box at (0, first token, rank Dc / 64, 0); rows past
+  // the last token land as zeros and count in the bytes like the others.
   auto issue_tile = [&](int64_t tile, int st) {
-    unsigned char* dst = ring + size_t(st) * Sl::StageBytes;
-    const bf16* src = x + tile * (kFusedTM * H4 * D) + rank * Sl::Dc;
-    const int64_t left = a.tokens - tile * kFusedTM;  // rows of this tile that hold tokens
-    constexpr unsigned per_stream = Sl::Dc / 8, per_row = H4 * per_stream, chunks = kFusedTM * per_row;
-    static_assert(chunks % kFusedThreads == 0, "x chunks split evenly");
-    // Not unrolled: unrolled, the source pointers stay live across the tile and push fn's fragments out of registers.
-#pragma unroll 1
-    for (unsigned i = 0; i < chunks / kFusedThreads; ++i) {
-      const unsigned v = unsigned(tid) + i * kFusedThreads, row = v / per_row, c = v % per_row;
-      const unsigned s = c / per_stream, cs = c % per_stream;
-      const bool full = int64_t(row) < left;
-      cp_async16(dst + row * Sl::RowBytes + fused_chunk(int(row), int(c)) * 16,
-                 full ? src + (row * H4 + s) * D + cs * 8 : x, full);
-    }
+    mbar_expect_bytes(landed + st, Sl::StageBytes);
+    tma_load_4d(ring + size_t(st) * Sl::StageBytes, &xmap, 0, int(tile * kFusedTM), rank * Sl::Chunks, 0, landed + st);
   };
 
   // Tile n of this cluster is tile cluster_id + n * clusters of the launch.
   const int64_t my_tiles = cluster_id < tiles ? (tiles - cluster_id + clusters - 1) / clusters : 0;
   auto tile_of = [&](int64_t n) { return cluster_id + n * clusters; };
   constexpr int kAhead = kFusedStages - 3;  // tiles in flight past the one multiplied; two more wait for their collapse
-#pragma unroll
-  for (int p = 0; p < kAhead; ++p) {
-    if (p < my_tiles) issue_tile(tile_of(p), p);
-    cp_async_commit();
+  if (tid == 0) {
+    for (int st = 0; st < kFusedStages; ++st) mbar_init(landed + st, 1);
+    mbar_init_fence();
+    for (int p = 0; p < kAhead && p < my_tiles; ++p) issue_tile(tile_of(p), p);
   }
   cluster_arrive();
   cluster_wait();  // every CTA of the cluster has started: its shared memory may be written from now on
@@ -1255,8 +1315,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
       float o[8];
 #pragma unroll
       for (int h = 0; h < H4; ++h) {
-        const uint4 v4 = *reinterpret_cast<const uint4*>(xs + row * Sl::RowBytes +
-                                                         fused_chunk(row, h * per_stream + cs) * 16);
+        const uint4 v4 = *reinterpret_cast<const uint4*>(xs + Sl::at(h, row, cs));
         const uint32_t w[4] = {v4.x, v4.y, v4.z, v4.w};
         const float p = pre[row * H4 + h];
 #pragma unroll
@@ -1309,45 +1368,40 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
   constexpr int kFinisher = kFusedWarps / 2, kCollapseFirst = 32 * (kFinisher + 1);
   constexpr int kCollapseCount = kFusedThreads - kCollapseFirst;
   for (int64_t n = 0; n < my_tiles; ++n) {
-    cp_async_wait<kAhead - 1>();
-    __syncthreads();  // tile n has landed for every thread; the stage refilled next was collapsed last iteration
-    if (n + kAhead < my_tiles) issue_tile(tile_of(n + kAhead), int((n + kAhead) % kFusedStages));
-    cp_async_commit();
+    mbar_wait(landed + n % kFusedStages, unsigned(n / kFusedStages) & 1);  // tile n has landed
+    __syncthreads();  // the stage refilled next was collapsed last iteration
+    if (tid == 0 && n + kAhead < my_tiles) issue_tile(tile_of(n + kAhead), int((n + kAhead) % kFusedStages));
     const unsigned char* xs = ring + size_t(n % kFusedStages) * Sl::StageBytes;
 
     // 1. This warp's blocks: dots (tensor cores) and the sum of squares of rows g, g + 8.
-    float acc[NT][4];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
-    float ss_lo = 0.f, ss_hi = 0.f;
+    float acc[NT][4];                   // set by the first k-step
+    float sq_lo[2], sq_hi[2];  // X X^T entries (g, 2q + e) and (g + 8, 8 + 2q + e)
 #pragma unroll
     for (int j = 0; j < BPW; ++j) {
-      const int chunk = (warp * BPW + j) * 4 + q;  // block b's 64 bytes are chunks 4b .. 4b + 3 of the row
-      const uint4 r0 = *reinterpret_cast<const uint4*>(xs + g * Sl::RowBytes + fused_chunk(g, chunk) * 16);
-      const uint4 r8 = *reinterpret_cast<const uint4*>(xs + (g + 8) * Sl::RowBytes + fused_chunk(g + 8, chunk) * 16);
-      const uint32_t lo[4] = {r0.x, r8.x, r0.y, r8.y}, hi[4] = {r0.z, r8.z, r0.w, r8.w};
+      // Block b = warp BPW + j: stream b / (Dc / 32), units u0 .. u0 + 3; k-step t reads units u0 + 2t, u0 + 2t + 1.
+      const int b = warp * BPW + j, u0 = (b % (Sl::Dc / 32)) * 4 + (lane >> 4);
+      const unsigned char* row = xs + Sl::line(b / (Sl::Dc / 32), (lane & 7) + (lane & 8), u0 / 8);
+      uint32_t lo[4], hi[4];  // u0 and u0 + 2 share a chunk
+      ldmatrix_x4<false>(lo, row + ((u0 % 8) ^ (lane & 7)) * 16);
+      ldmatrix_x4<false>(hi, row + (((u0 + 2) % 8) ^ (lane & 7)) * 16);
       // Each accumulator sums in the order (j, lo/hi k-half); the 2 NT chains are independent.
+      sum_squares(sq_lo, sq_hi, lo, j == 0);
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) mma_bf16_split3(acc[nt], lo, fb[j][nt], 0);
+      for (int nt = 0; nt < NT; ++nt) mma_bf16_split3(acc[nt], lo, fb[j][nt], 0, j == 0);
+      sum_squares(sq_lo, sq_hi, hi, false);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) mma_bf16_split3(acc[nt], hi, fb[j][nt], 1);
-      const uint32_t w0[4] = {r0.x, r0.y, r0.z, r0.w}, w8[4] = {r8.x, r8.y, r8.z, r8.w};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        ss_lo = fmaf(bf_lo(w0[e]), bf_lo(w0[e]), ss_lo), ss_lo = fmaf(bf_hi(w0[e]), bf_hi(w0[e]), ss_lo);
-        ss_hi = fmaf(bf_lo(w8[e]), bf_lo(w8[e]), ss_hi), ss_hi = fmaf(bf_hi(w8[e]), bf_hi(w8[e]), ss_hi);
-      }
     }
-    double sl = ss_lo, sh = ss_hi;
-#pragma unroll
-    for (int o = 1; o <= 2; o <<= 1) sl += __shfl_xor_sync(~0u, sl, o), sh += __shfl_xor_sync(~0u, sh, o);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       float* w = wdot + (warp * kFusedTM) * 8 * NT + nt * 8 + 2 * q;
       w[g * 8 * NT] = acc[nt][0], w[g * 8 * NT + 1] = acc[nt][1];
       w[(g + 8) * 8 * NT] = acc[nt][2], w[(g + 8) * 8 * NT + 1] = acc[nt][3];
     }
-    if (q == 0) wss[warp * kFusedTM + g] = sl, wss[warp * kFusedTM + g + 8] = sh;
+    if (q == g >> 1) {
+      const bool odd = g & 1;
+      wss[warp * kFusedTM + g] = odd ? sq_lo[1] : sq_lo[0], wss[warp * kFusedTM + g + 8] = odd ? sq_hi[1] : sq_hi[0];
+    }
     __syncthreads();
     if (n > 0) cluster_wait();  // X(n-1): partial rows of tile n-1 here, pre of tile n-2 everywhere
     // 2a. Warps in order, in fp64: this CTA's partial row of token `row`, stored into CTA `row` (remote stores do
@@ -1388,7 +1442,6 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const b
   }
   cluster_wait();
   if (my_tiles > 0) collapse(my_tiles - 1, 0, kFusedThreads);
-  cp_async_wait<0>();
 }
 
 // post and comb from the mixes, one thread per token (after mix_fused_fwd<pre>); compiled per hc, as mix_bwd_token.
@@ -1666,12 +1719,6 @@ __device__ __forceinline__ void mma1688(float (&d)[4], uint32_t a0, uint32_t a1,
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(b0));
 }
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
-  const unsigned s = unsigned(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(s));
-}
 
 // Byte offset of the 16-byte chunk c of row r in a swizzled token-major tile with rows of RowBytes.
 template <int RowBytes>
@@ -1755,7 +1802,7 @@ __global__ void __launch_bounds__(kDxMmaThreads, 2)
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
       const int mi = lane >> 3, r = (lane & 7) + 8 * (mi >> 1), c = xc + 2 * mt + (mi & 1);
-      ldmatrix_x4_trans(xa[mt], xs + dx_chunk<kDxRowBytes>(r, c));
+      ldmatrix_x4<true>(xa[mt], xs + dx_chunk<kDxRowBytes>(r, c));
     }
 #pragma unroll
     for (int nt = 0; nt < 3; ++nt) {
@@ -2073,6 +2120,32 @@ struct FusedLaunch {
   FusedLaunch(const FusedLaunch&) = delete;  // cfg points at attr
 };
 
+// x [tokens][H4][hidden] as the fused forward's 4-D tensor map (see the kernel's layout note) with its box.
+CUtensorMap fused_x_map(const void* x, int64_t tokens, int64_t hidden, int dc) {
+  static const auto encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      fn = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  if (!encode) throw std::runtime_error("hc fused forward: the driver has no cuTensorMapEncodeTiled");
+  CUtensorMap map;
+  // [stream][hidden / 64][token][64]: strides (bytes) of dims 1-3 are token, chunk, stream.
+  const cuuint64_t dims[4] = {64, cuuint64_t(tokens), cuuint64_t(hidden / 64), cuuint64_t(H4)};
+  const cuuint64_t strides[3] = {cuuint64_t(H4 * hidden) * 2, 128, cuuint64_t(hidden) * 2};
+  const cuuint32_t box[4] = {64, cuuint32_t(kFusedTM), cuuint32_t(dc / 64), cuuint32_t(H4)}, step[4] = {1, 1, 1, 1};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(x), dims, strides, box, step,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw std::runtime_error("hc fused forward: cuTensorMapEncodeTiled failed (CUresult " + std::to_string(int(r)) +
+                             ")");
+  return map;
+}
+
 template <typename F>
 void with_fused(MixKind kind, int64_t hidden, F&& f) {
   with_kind(kind, [&](auto kind_tag) {
@@ -2118,9 +2191,10 @@ void launch_mix_fused_fwd(MixKind kind, const void* x, const float* fn, const fl
   const int clusters = int(std::min<int64_t>(tiles, mix_fused_fwd_clusters(kind, hidden)));
   with_fused(kind, hidden, [&](auto kind_tag, auto bpw) {
     using Kind = decltype(kind_tag);
-    const FusedLaunch launch(clusters, mix_fused_smem_bytes<Kind::MP, decltype(bpw)::value>(), stream);
-    cudaLaunchKernelEx(&launch.cfg, mix_fused_fwd_kernel<Kind, decltype(bpw)::value>, static_cast<const bf16*>(x), fn,
-                       fa);
+    constexpr int BPW = decltype(bpw)::value;
+    const FusedLaunch launch(clusters, mix_fused_smem_bytes<Kind::MP, BPW>(), stream);
+    cudaLaunchKernelEx(&launch.cfg, mix_fused_fwd_kernel<Kind, BPW>, fused_x_map(x, tokens, hidden, FusedSlice<BPW>::Dc),
+                       fn, fa);
   });
 }
 
