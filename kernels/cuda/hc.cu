@@ -16,7 +16,8 @@ H = 4 instantiation (ptxas, sm_90a):
   collapse                     y = sum_h pre_h x_h in fp32, one rounding                       warp/token   44 reg
   mix_fused_fwd<Pre|Head>      forward in one pass over x (bf16, hc 4, hidden 2048/4096, Hopper): mixes
                                on the tensor cores (fn split exactly into 3 bf16 terms), pre, collapse; a
-                               cluster of 16 CTAs per tile of 16 tokens, fp64 cross-warp/CTA sums   128 reg, 225 KB smem
+                               cluster of 16 CTAs per tile of 16 tokens, x by TMA, fp64 cross-warp/CTA
+                               sums                                                      128 / 87 reg, 225 KB smem
   mix_post_comb<H>             post and comb (Sinkhorn) from the mixes, after mix_fused_fwd    thread/token 47 reg
   mix_bwd_reduce<H>            per token: sum x^2 and g_pre_h = <g_y, x_h> (fp64 sums); hc_pre: its first
                                blocks run the Sinkhorn backward meanwhile (forward recomputed, stages kept
@@ -46,13 +47,14 @@ Speed, H100 80GB HBM3, T = 16384, H = 4, D = 4096, bf16 (bench/hc_cuda_timing.cu
 percentages are one-pass bytes over time, against the copy rate):
   hc_post fwd v1 0.425 ms (95%), hf 0.434 ms (93%), bwd 0.729 ms (87%)
   hc_pre  fwd 0.658 ms (34%: mix_fused_fwd, x read once; it was 0.712 ms = mix_fwd 0.486 FFMA-bound + collapse 0.232);
-          0.556 ms (40%) with the Sinkhorn of mix_post_comb on divide_lines (0.579 before, A/B as below)
+          0.556 ms (40%) with the Sinkhorn of mix_post_comb on divide_lines (0.579 before, A/B as below); 0.456 ms
+          (49.5%) with x by TMA and A fragments by ldmatrix (bench/hc_ab.sh, 3 runs each)
   hc_pre  bwd 1.498 ms (27%: reduce 0.227 = 99%, token 0.108, dx_dfn 1.151, sums 0.020); with dx_dfn on the tensor
           cores (mix_bwd_dx_dfn_mma) 0.839 ms (48%: dx_dfn 1.094 -> 0.488 ms, 84% of the copy rate on its own bytes;
           A/B in one process, bench/hc_ab.sh, 3 runs each); with divide_lines and hc a template parameter of the
           token kernel 0.795 ms (51%: token 0.113 -> 0.067 ms; 0.099 -> 0.043 at 257 tokens, a single thread's chain);
           with the Sinkhorn backward beside the reduce 0.780 ms (52%)
-  hc_head fwd 0.453 ms (50%), bwd 0.782 ms (52%: dx_dfn 0.539 = 75%)
+  hc_head fwd 0.453 ms (50%), fused with TMA + ldmatrix 0.358 ms (62%); bwd 0.782 ms (52%: dx_dfn 0.539 = 75%)
   PyTorch eager (HF composition, same run kind): hc_post fwd 6.13 ms, fwd+bwd 13.2; hc_pre fwd 5.40, fwd+bwd 18.2;
   hc_head fwd 5.01, fwd+bwd 16.6.
 H200 (copy 4.24 TB/s), same shape, at aa40574 (standalone): hc_post fwd 0.313 ms (91%), bwd 0.570 (78%); hc_pre fwd
@@ -1091,7 +1093,7 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 //   1. mma.sync m16n8k16 bf16 -> fp32: x is bf16 (exact as an operand) and fn is split exactly into three bf16
 //      terms (hi + mid + lo = the fp32 value), so every product is exact and only the sums round. Each warp sums
 //      BPW blocks of 32 k (a 12-MMA fp32 chain), then warps, then the cluster's CTAs are summed in fp64 in a fixed
-//      order; the sum of squares for the rms scale likewise (on the tensor cores too: sum_squares).
+//      order; the sum of squares for the rms scale likewise (fp32 FFMA over 16 exact squares, then fp64).
 //   2. CTA r finishes token r of the tile (fp64 sums over the cluster through distributed shared memory): mixes,
 //      pre, and pre written into every CTA's shared memory.
 //   3. Every CTA collapses its slice of the tile from shared memory: y = sum_h pre_h x_h, as collapse_kernel does.
@@ -1103,8 +1105,12 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 // runs at 4 warps per scheduler. Waiting one tile late (the barrier completes behind the next multiply) and the
 // epilogue on a warp of its own: H200, bench/hc_cuda_timing.cu, hc_pre 0.622 -> 0.571 ms, hc_head 0.434 -> 0.401 ms,
 // the same bits out (ncu: issue slots 49% busy, ~930 instructions per warp and tile, a sixth of them the fp32 adds
-// behind the MMAs; stalls: waits, barrier, math, membar). Next: more tokens per barrier (register-bound: fn's
-// fragments take 72 of 128 registers), TMA loads in place of the cp.async index arithmetic.
+// behind the MMAs; stalls: waits, barrier, math, membar). TMA loads and ldmatrix fragments (below): 212M -> 131M
+// instructions (ncu), H100 hc_pre 0.555 -> 0.456 ms (49.5% of copy, with mix_post_comb), hc_head 0.433 -> 0.358 ms
+// (62%). Now (ncu, hc_pre): issue slots 31% busy; stalls: barrier (the tile's first __syncthreads) and the multiply's
+// tensor pipe, a fifth each, then the cross-warp sums, membar. Tried and dropped: the lower half taking 1/8 of the
+// collapse after its sums, with one fence for its stores (x1.025). Next: more tokens per barrier (register-bound:
+// fn's fragments take 72 of 128 registers), st.async + mbarriers in place of the fenced cluster barrier.
 // A stage is one TMA box as it lands: x viewed as [stream][hidden / 64][token][64] (4-D tensor map, strides in any
 // order), box (64, 16 tokens, Dc / 64, H), 128-byte swizzle: the 16 tokens of a 64-element chunk are 16 lines of
 // 128 bytes, unit u of line r at u ^ (r % 8) (FusedSlice::at). ldmatrix then reads the multiply's A fragments (8 rows
@@ -1199,22 +1205,6 @@ __device__ __forceinline__ void mma_bf16_split3(float (&acc)[4], const uint32_t 
   for (int i = 0; i < 3; ++i) mma16816(d, a, b[i][2 * half], b[i][2 * half + 1]);
 #pragma unroll
   for (int e = 0; e < 4; ++e) acc[e] = first ? d[e] : __fadd_rn(acc[e], d[e]);
-}
-
-// The sums of squares of the 16 rows of an A fragment on the tensor cores: with the fragment's own registers as B
-// (rows 0-7, then rows 8-15, as the 8 columns), the product is X X^T for those columns, and its diagonal is each row's
-// sum of squares: thread (g, q) with q = g / 2 holds row g's in d[g % 2] of the first and row g + 8's in d[2 + g % 2]
-// of the second. Exact bf16 squares, summed from zero per k-step and added with round-to-nearest, as the dots are.
-// Two MMAs replace 16 shift-and-FFMA pairs per thread; the 14 off-diagonal entries of each are wasted work.
-__device__ __forceinline__ void sum_squares(float (&lo)[2], float (&hi)[2], const uint32_t (&a)[4], bool first) {
-  float d0[4] = {0.f, 0.f, 0.f, 0.f}, d8[4] = {0.f, 0.f, 0.f, 0.f};
-  mma16816(d0, a, a[0], a[2]);
-  mma16816(d8, a, a[1], a[3]);
-#pragma unroll
-  for (int e = 0; e < 2; ++e) {
-    lo[e] = first ? d0[e] : __fadd_rn(lo[e], d0[e]);
-    hi[e] = first ? d8[2 + e] : __fadd_rn(hi[e], d8[2 + e]);
-  }
 }
 
 // (w0, w1) as N bf16 terms, the largest in out[N-1] (the chains add the small terms first): each step takes 8
@@ -1375,7 +1365,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
 
     // 1. This warp's blocks: dots (tensor cores) and the sum of squares of rows g, g + 8.
     float acc[NT][4];                   // set by the first k-step
-    float sq_lo[2], sq_hi[2];  // X X^T entries (g, 2q + e) and (g + 8, 8 + 2q + e)
+    float ss_lo = 0.f, ss_hi = 0.f;
 #pragma unroll
     for (int j = 0; j < BPW; ++j) {
       // Block b = warp BPW + j: stream b / (Dc / 32), units u0 .. u0 + 3; k-step t reads units u0 + 2t, u0 + 2t + 1.
@@ -1385,12 +1375,18 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
       ldmatrix_x4<false>(lo, row + ((u0 % 8) ^ (lane & 7)) * 16);
       ldmatrix_x4<false>(hi, row + (((u0 + 2) % 8) ^ (lane & 7)) * 16);
       // Each accumulator sums in the order (j, lo/hi k-half); the 2 NT chains are independent.
-      sum_squares(sq_lo, sq_hi, lo, j == 0);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) mma_bf16_split3(acc[nt], lo, fb[j][nt], 0, j == 0);
-      sum_squares(sq_lo, sq_hi, hi, false);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) mma_bf16_split3(acc[nt], hi, fb[j][nt], 1);
+      // Squares on the FMA pipe: the tensor cores (X X^T's diagonal, two MMAs per k-step) are this loop's busy unit
+      // (H100 V4 dims: hc_pre 0.456 ms this way, 0.485 on the tensor cores).
+      const uint32_t w0[4] = {lo[0], lo[2], hi[0], hi[2]}, w8[4] = {lo[1], lo[3], hi[1], hi[3]};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        ss_lo = fmaf(bf_lo(w0[e]), bf_lo(w0[e]), ss_lo), ss_lo = fmaf(bf_hi(w0[e]), bf_hi(w0[e]), ss_lo);
+        ss_hi = fmaf(bf_lo(w8[e]), bf_lo(w8[e]), ss_hi), ss_hi = fmaf(bf_hi(w8[e]), bf_hi(w8[e]), ss_hi);
+      }
     }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
@@ -1398,10 +1394,10 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
       w[g * 8 * NT] = acc[nt][0], w[g * 8 * NT + 1] = acc[nt][1];
       w[(g + 8) * 8 * NT] = acc[nt][2], w[(g + 8) * 8 * NT + 1] = acc[nt][3];
     }
-    if (q == g >> 1) {
-      const bool odd = g & 1;
-      wss[warp * kFusedTM + g] = odd ? sq_lo[1] : sq_lo[0], wss[warp * kFusedTM + g + 8] = odd ? sq_hi[1] : sq_hi[0];
-    }
+    double sl = ss_lo, sh = ss_hi;
+#pragma unroll
+    for (int o = 1; o <= 2; o <<= 1) sl += __shfl_xor_sync(~0u, sl, o), sh += __shfl_xor_sync(~0u, sh, o);
+    if (q == 0) wss[warp * kFusedTM + g] = sl, wss[warp * kFusedTM + g + 8] = sh;
     __syncthreads();
     if (n > 0) cluster_wait();  // X(n-1): partial rows of tile n-1 here, pre of tile n-2 everywhere
     // 2a. Warps in order, in fp64: this CTA's partial row of token `row`, stored into CTA `row` (remote stores do
