@@ -854,10 +854,12 @@ __device__ __forceinline__ uint32_t elem_bits<float>(const float* p) { return __
 template <>
 __device__ __forceinline__ uint32_t elem_bits<bf16>(const bf16* p) { return __bfloat16_as_ushort(__ldg(p)); }
 
+// A generic pointer into shared memory as the 32-bit shared-window address that PTX's .shared operands take.
+__device__ __forceinline__ unsigned smem_addr(const void* p) { return unsigned(__cvta_generic_to_shared(p)); }
+
 // cp.async with a source size: 0 bytes read = the destination is zero-filled (tails of K and of the token tile).
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool full) {
-  const unsigned d = unsigned(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(full ? 16 : 0));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(full ? 16 : 0));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -867,7 +869,6 @@ __device__ __forceinline__ void cp_async_wait() {
 
 // TMA: one thread's cp.async.bulk.tensor moves a box of a tensor (described by a CUtensorMap, built on the host) into
 // shared memory and counts its bytes against an mbarrier (complete_tx), which the consumers wait on.
-__device__ __forceinline__ unsigned smem_addr(const void* p) { return unsigned(__cvta_generic_to_shared(p)); }
 __device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned arrivals) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(arrivals) : "memory");
 }
@@ -1364,7 +1365,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
     const unsigned char* xs = ring + size_t(n % kFusedStages) * Sl::StageBytes;
 
     // 1. This warp's blocks: dots (tensor cores) and the sum of squares of rows g, g + 8.
-    float acc[NT][4];                   // set by the first k-step
+    float acc[NT][4];  // set by the first k-step
     float ss_lo = 0.f, ss_hi = 0.f;
 #pragma unroll
     for (int j = 0; j < BPW; ++j) {
@@ -1374,7 +1375,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
       uint32_t lo[4], hi[4];  // u0 and u0 + 2 share a chunk
       ldmatrix_x4<false>(lo, row + ((u0 % 8) ^ (lane & 7)) * 16);
       ldmatrix_x4<false>(hi, row + (((u0 + 2) % 8) ^ (lane & 7)) * 16);
-      // Each accumulator sums in the order (j, lo/hi k-half); the 2 NT chains are independent.
+      // Each accumulator sums in the order (j, lo/hi k-half); the NT chains are independent.
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) mma_bf16_split3(acc[nt], lo, fb[j][nt], 0, j == 0);
 #pragma unroll
