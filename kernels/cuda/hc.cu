@@ -878,14 +878,21 @@ __device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier
 __device__ __forceinline__ void mbar_expect_bytes(uint64_t* bar, unsigned bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
 }
+// Until the phase of the given parity has completed. Cluster: the bytes came from other CTAs (st.async), whose writes
+// the wait acquires at cluster scope; the tensor copies' need only the CTA's.
+#define PARITY_MBAR_WAIT(sem)                                                                                   \
+  asm volatile("{\n .reg .pred done;\nWAIT_%=:\n mbarrier.try_wait.parity" sem ".shared::cta.b64 done, [%0], %1;\n" \
+               " @!done bra WAIT_%=;\n}\n" ::"r"(smem_addr(bar)),                                                  \
+               "r"(parity)                                                                                       \
+               : "memory")
+template <bool Cluster = false>
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
-  asm volatile(
-      "{\n .reg .pred done;\n"
-      "WAIT_%=:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n @!done bra WAIT_%=;\n}\n" ::"r"(
-          smem_addr(bar)),
-      "r"(parity)
-      : "memory");
+  if constexpr (Cluster)
+    PARITY_MBAR_WAIT(".acquire.cluster");
+  else
+    PARITY_MBAR_WAIT("");
 }
+#undef PARITY_MBAR_WAIT
 // Box at coordinates (c0 innermost .. c3) of a 4-D tensor map; coordinates past the tensor's end read zeros.
 __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, int c0, int c1, int c2, int c3,
                                             uint64_t* bar) {
@@ -1155,19 +1162,37 @@ constexpr size_t mix_fused_smem_bytes() {
          + size_t(kFusedWarps) * kFusedTM * 8                    // warp partials of the sum of squares (fp64)
          + size_t(2) * kFusedCluster * Tl::NC * 8                // every CTA's partial row of token `rank` (fp64), x2
          + size_t(3) * kFusedTM * H4 * 4                         // pre of the tile's tokens, three tiles
-         + size_t(kFusedStages) * 8;                             // an mbarrier per ring stage
+         + size_t(kFusedStages + 2 + 3) * 8;                     // mbarriers: ring stages, gpart and spre slots
 }
 
-// The cluster barrier in its two halves (cluster.sync() is both at once): release on arrive, acquire on wait, so
-// the shared-memory writes before an arrive are visible after the matching wait in every CTA of the cluster.
+// The cluster barrier in its two halves (cluster.sync() is both at once). Data between the CTAs travels by st.async
+// (below), which carries its own completion; the barrier only orders the reuse of the buffers it lands in, so its
+// arrive is relaxed (a release arrive, or a fence before it, compiles to MEMBAR.ALL.GPU: ncu H100, ~7% of the fused
+// forward's stall samples, plus the top-of-tile barrier that waited for it).
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
-// A relaxed arrive carries no writes; a thread whose writes it must carry fences first (release at cluster scope).
 __device__ __forceinline__ void cluster_arrive_relaxed() {
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
 }
-// Release only: the acquire half of fence.acq_rel also invalidates L1 (ncu: CCTL.IVALL), which the wait provides.
-__device__ __forceinline__ void cluster_fence() { asm volatile("fence.release.cluster;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
+
+// p's counterpart in the shared memory of CTA `rank` of the cluster, as a shared::cluster address.
+__device__ __forceinline__ unsigned cluster_addr(const void* p, unsigned rank) {
+  unsigned r;
+  asm("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(smem_addr(p)), "r"(rank));
+  return r;
+}
+// v stored at dst (a shared::cluster address) asynchronously; its bytes complete a transaction of the mbarrier bar in
+// the destination CTA, whose waiters then see the value.
+__device__ __forceinline__ void st_async(unsigned dst, double v, unsigned bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];\n" ::"r"(dst),
+               "l"(__double_as_longlong(v)), "r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void st_async(unsigned dst, float v, unsigned bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n" ::"r"(dst),
+               "r"(__float_as_uint(v)), "r"(bar)
+               : "memory");
+}
 
 // d += A B on the tensor cores (bf16 operands, fp32 accumulation).
 __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -1248,6 +1273,9 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
   double* gpart = wss + kFusedWarps * kFusedTM;                                           // [2][CTA][NC]
   float* spre = reinterpret_cast<float*>(gpart + 2 * kFusedCluster * NC);                 // [3][row][H4]
   uint64_t* landed = reinterpret_cast<uint64_t*>(spre + 3 * kFusedTM * H4);               // [stage]
+  uint64_t* rows_in = landed + kFusedStages;  // [2]: gpart's slot has every CTA's partial row (st.async bytes)
+  uint64_t* pre_in = rows_in + 2;             // [3]: spre's slot has every token's pre
+  constexpr unsigned kRowBytes = kFusedCluster * NC * 8, kPreBytes = kFusedCluster * H4 * 4;  // a slot's bytes in
 
   // Block j of this warp: stream s, offset j0 in the slice; its k in fn's flattened [H][D] row.
   auto block_k = [&](int j) {
@@ -1288,14 +1316,21 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
   constexpr int kAhead = kFusedStages - 3;  // tiles in flight past the one multiplied; two more wait for their collapse
   if (tid == 0) {
     for (int st = 0; st < kFusedStages; ++st) mbar_init(landed + st, 1);
+    // Every slot is armed for its first tile (its bytes may come before the arrive: the phase waits for both).
+    for (int s = 0; s < 2; ++s) mbar_init(rows_in + s, 1), mbar_expect_bytes(rows_in + s, kRowBytes);
+    for (int s = 0; s < 3; ++s) mbar_init(pre_in + s, 1), mbar_expect_bytes(pre_in + s, kPreBytes);
     mbar_init_fence();
     for (int p = 0; p < kAhead && p < my_tiles; ++p) issue_tile(tile_of(p), p);
   }
   cluster_arrive();
   cluster_wait();  // every CTA of the cluster has started: its shared memory may be written from now on
 
-  // 3. Collapse tile n's slice from its ring stage, with pre from spre[n % 3], by the `count` threads from `first` on.
+  // 3. Collapse tile n's slice from its ring stage, with pre from spre[n % 3], by the `count` threads from `first` on,
+  // once every token's pre is in; the slot is armed for its next tile, n + 3, whose pre no CTA sends before X(n + 3):
+  // after these threads' reads.
   auto collapse = [&](int64_t n, int first, int count) {
+    mbar_wait<true>(pre_in + n % 3, unsigned(n / 3) & 1);
+    if (tid == first) mbar_expect_bytes(pre_in + n % 3, kPreBytes);
     const unsigned char* xs = ring + size_t(n % kFusedStages) * Sl::StageBytes;
     const float* pre = spre + (n % 3) * kFusedTM * H4;
     constexpr int per_stream = Sl::Dc / 8;
@@ -1325,9 +1360,12 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
     }
   };
 
-  // 2b. CTA `rank` finishes token `rank` of tile n (warp 0): its CTAs' partial rows in rank order, in fp64, then the
-  // mixes, pre, and pre into every CTA's spre[n % 3].
+  // 2b. CTA `rank` finishes token `rank` of tile n (one warp), once every CTA's partial row is in: the rows in rank
+  // order, in fp64, then the mixes, pre, and pre into every CTA's spre[n % 3]. The gpart slot is armed for its next
+  // tile, n + 2, whose rows no CTA sends before X(n + 1): after these reads.
   auto finish_token = [&](int64_t n) {
+    mbar_wait<true>(rows_in + (n & 1), unsigned(n >> 1) & 1);
+    if (lane == 0) mbar_expect_bytes(rows_in + (n & 1), kRowBytes);
     const int64_t t = tile_of(n) * kFusedTM + rank;
     double sum = 0;
     float r = 0.f;
@@ -1339,22 +1377,26 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
     r = __shfl_sync(~0u, r, NC - 1);
     const float mix = lane < NC - 1 ? float(sum * r) : 0.f;  // one rounding, as the CPU path
     const bool live = t < a.tokens;
-    if (live && lane < a.M) a.mixes[t * a.M + lane] = mix;
     const float pre = lane < a.H ? pre_gate(mix, lane, a) : 0.f;
-    if (live && lane < a.H) a.pre[t * a.H + lane] = pre;
-    // Lane l writes pre_h, h = l % 4, into the shared memory of CTAs l / 4 and l / 4 + 8.
+    // Lane l sends pre_h, h = l % 4, to CTAs l / 4 and l / 4 + 8; the global stores go after, off the cluster's path.
     const float ph = __shfl_sync(~0u, pre, lane & 3);
-    float* dst = spre + (n % 3) * kFusedTM * H4 + rank * H4 + (lane & 3);
+    const float* dst = spre + (n % 3) * kFusedTM * H4 + rank * H4 + (lane & 3);
 #pragma unroll
-    for (int half = 0; half < 2; ++half) *cluster.map_shared_rank(dst, (lane >> 2) + 8 * half) = live ? ph : 0.f;
+    for (int half = 0; half < 2; ++half) {
+      const unsigned to = (lane >> 2) + 8 * half;
+      st_async(cluster_addr(dst, to), live ? ph : 0.f, cluster_addr(pre_in + n % 3, to));
+    }
+    if (live && lane < a.M) a.mixes[t * a.M + lane] = mix;
+    if (live && lane < a.H) a.pre[t * a.H + lane] = pre;
   };
 
   // One cluster barrier X(n) per tile, waited for one tile late: its arrive ends iteration n, its wait comes after
   // the multiply of tile n+1, so the barrier completes while the tensor cores work. After the wait of X(n-1) the
-  // lower half sums tile n's partial rows and sends them; warp kFusedWarps / 2 finishes tile n-1's token (its partial
-  // rows delivered by X(n-1)) and sends its pre; the rest of the upper half collapses tile n-2 (its pre delivered by
-  // X(n-1)). Buffers: gpart alternates (slot n & 1 was last read by the epilogue of n-2, before X(n-1)); spre has
-  // three slots (pre of n-1 written while the collapse of n-2 reads); ring stage n % S is refilled (with tile n + S)
+  // lower half sums tile n's partial rows and sends them; warp kFusedWarps / 2 finishes tile n-1's token (once its
+  // partial rows are in) and sends its pre; the rest of the upper half collapses tile n-2 (once its pre is in). The
+  // data arrive by st.async, counted by the mbarriers rows_in and pre_in; X orders only the reuse of their slots:
+  // gpart alternates (slot n & 1 was last read by the finisher of n-2, before X(n-1)); spre has three slots (slot
+  // (n-1) % 3 was last read by the collapse of n-4, before X(n-1)); ring stage n % S is refilled (with tile n + S)
   // after the collapse of n.
   constexpr int kFinisher = kFusedWarps / 2, kCollapseFirst = 32 * (kFinisher + 1);
   constexpr int kCollapseCount = kFusedThreads - kCollapseFirst;
@@ -1400,11 +1442,9 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
     for (int o = 1; o <= 2; o <<= 1) sl += __shfl_xor_sync(~0u, sl, o), sh += __shfl_xor_sync(~0u, sh, o);
     if (q == 0) wss[warp * kFusedTM + g] = sl, wss[warp * kFusedTM + g + 8] = sh;
     __syncthreads();
-    if (n > 0) cluster_wait();  // X(n-1): partial rows of tile n-1 here, pre of tile n-2 everywhere
-    // 2a. Warps in order, in fp64: this CTA's partial row of token `row`, stored into CTA `row` (remote stores do
-    // not wait; remote loads the other way round cost latency and registers). A release arrive would also wait for
-    // the collapse's global stores to land, which nothing in the cluster reads: the fence (release) is taken only by
-    // the threads whose writes the barrier must carry.
+    if (n > 0) cluster_wait();  // X(n-1): every CTA is past its reads of the slots written next
+    // 2a. Warps in order, in fp64: this CTA's partial row of token `row`, sent to CTA `row` (remote stores do not
+    // wait; remote loads the other way round cost latency and registers).
     static_assert(kFusedTM == kFusedCluster, "CTA r finishes token r of the tile");
     if (tid < kFusedThreads / 2) {
       for (int v = tid; v < kFusedTM * NC; v += kFusedThreads / 2) {
@@ -1413,25 +1453,23 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
 #pragma unroll 4
         for (int w = 0; w < kFusedWarps; ++w)
           sum += col < 8 * NT ? double(wdot[(w * kFusedTM + row) * 8 * NT + col]) : wss[w * kFusedTM + row];
-        cluster.map_shared_rank(gpart + (n & 1) * kFusedCluster * NC, row)[rank * NC + col] = sum;
+        st_async(cluster_addr(gpart + ((n & 1) * kFusedCluster + rank) * NC + col, row), sum,
+                 cluster_addr(rows_in + (n & 1), row));
       }
-      cluster_fence();
       cluster_arrive_relaxed();  // X(n)
     } else if (warp == kFinisher) {
       if (n > 0) finish_token(n - 1);
-      cluster_fence();
       cluster_arrive_relaxed();  // X(n)
     } else {
       cluster_arrive_relaxed();  // X(n)
       if (n > 1) collapse(n - 2, kCollapseFirst, kCollapseCount);
     }
   }
-  // The last token and the last two collapses: X(last) delivers the last partial rows, X(last + 1) the last pre; after
-  // it no CTA writes into this one.
+  // The last token and the last two collapses. X(last) frees the spre slot of the last pre; the last collapse waits
+  // for the last bytes sent to this CTA, and X(last + 1) keeps every CTA until all have sent theirs.
   if (my_tiles > 0) cluster_wait();
   if (warp == kFinisher) {
     if (my_tiles > 0) finish_token(my_tiles - 1);
-    cluster_fence();
     cluster_arrive_relaxed();
   } else {
     cluster_arrive_relaxed();
