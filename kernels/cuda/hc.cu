@@ -129,6 +129,13 @@ struct Vec<bf16, 8> {
     u.x = pack_bf2(v[0], v[1]), u.y = pack_bf2(v[2], v[3]), u.z = pack_bf2(v[4], v[5]), u.w = pack_bf2(v[6], v[7]);
     *reinterpret_cast<uint4*>(p) = u;
   }
+  // The same as one 16-byte store by name: in mix_fused_fwd's collapse the compiler split the store above into four
+  // 4-byte ones (nvcc 13.0); elsewhere the name costs instructions (hc_post_fwd: 1024 -> 1072).
+  static __device__ __forceinline__ void store16(bf16* p, const float (&v)[8]) {
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(pack_bf2(v[0], v[1])),
+                 "r"(pack_bf2(v[2], v[3])), "r"(pack_bf2(v[4], v[5])), "r"(pack_bf2(v[6], v[7]))
+                 : "memory");
+  }
 };
 
 template <>
@@ -1175,6 +1182,15 @@ __device__ __forceinline__ void cluster_arrive_relaxed() {
 }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
 
+// Named barriers 1..15 of the CTA (0 is __syncthreads'): `threads` (a multiple of 32) take part, those that arrive
+// go on.
+__device__ __forceinline__ void named_bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // p's counterpart in the shared memory of CTA `rank` of the cluster, as a shared::cluster address.
 __device__ __forceinline__ unsigned cluster_addr(const void* p, unsigned rank) {
   unsigned r;
@@ -1313,14 +1329,13 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
   // Tile n of this cluster is tile cluster_id + n * clusters of the launch.
   const int64_t my_tiles = cluster_id < tiles ? (tiles - cluster_id + clusters - 1) / clusters : 0;
   auto tile_of = [&](int64_t n) { return cluster_id + n * clusters; };
-  constexpr int kAhead = kFusedStages - 3;  // tiles in flight past the one multiplied; two more wait for their collapse
   if (tid == 0) {
     for (int st = 0; st < kFusedStages; ++st) mbar_init(landed + st, 1);
     // Every slot is armed for its first tile (its bytes may come before the arrive: the phase waits for both).
     for (int s = 0; s < 2; ++s) mbar_init(rows_in + s, 1), mbar_expect_bytes(rows_in + s, kRowBytes);
     for (int s = 0; s < 3; ++s) mbar_init(pre_in + s, 1), mbar_expect_bytes(pre_in + s, kPreBytes);
     mbar_init_fence();
-    for (int p = 0; p < kAhead && p < my_tiles; ++p) issue_tile(tile_of(p), p);
+    for (int p = 0; p < kFusedStages && p < my_tiles; ++p) issue_tile(tile_of(p), p);
   }
   cluster_arrive();
   cluster_wait();  // every CTA of the cluster has started: its shared memory may be written from now on
@@ -1351,12 +1366,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
           o[2 * e + 1] = h == 0 ? a1 : __fadd_rn(o[2 * e + 1], a1);
         }
       }
-      if (t < a.tokens) {
-        uint4 packed;
-        packed.x = pack_bf2(o[0], o[1]), packed.y = pack_bf2(o[2], o[3]);
-        packed.z = pack_bf2(o[4], o[5]), packed.w = pack_bf2(o[6], o[7]);
-        *reinterpret_cast<uint4*>(fa.y + t * D + rank * Sl::Dc + cs * 8) = packed;
-      }
+      if (t < a.tokens) Vec<bf16, 8>::store16(fa.y + t * D + rank * Sl::Dc + cs * 8, o);
     }
   };
 
@@ -1402,8 +1412,6 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
   constexpr int kCollapseCount = kFusedThreads - kCollapseFirst;
   for (int64_t n = 0; n < my_tiles; ++n) {
     mbar_wait(landed + n % kFusedStages, unsigned(n / kFusedStages) & 1);  // tile n has landed
-    __syncthreads();  // the stage refilled next was collapsed last iteration
-    if (tid == 0 && n + kAhead < my_tiles) issue_tile(tile_of(n + kAhead), int((n + kAhead) % kFusedStages));
     const unsigned char* xs = ring + size_t(n % kFusedStages) * Sl::StageBytes;
 
     // 1. This warp's blocks: dots (tensor cores) and the sum of squares of rows g, g + 8.
@@ -1431,6 +1439,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
         ss_hi = fmaf(bf_lo(w8[e]), bf_lo(w8[e]), ss_hi), ss_hi = fmaf(bf_hi(w8[e]), bf_hi(w8[e]), ss_hi);
       }
     }
+    __syncthreads();  // every warp's partials of tile n-1 have been summed
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       float* w = wdot + (warp * kFusedTM) * 8 * NT + nt * 8 + 2 * q;
@@ -1441,7 +1450,10 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
 #pragma unroll
     for (int o = 1; o <= 2; o <<= 1) sl += __shfl_xor_sync(~0u, sl, o), sh += __shfl_xor_sync(~0u, sh, o);
     if (q == 0) wss[warp * kFusedTM + g] = sl, wss[warp * kFusedTM + g + 8] = sh;
-    __syncthreads();
+    if (tid < kFusedThreads / 2)  // the lower half, which sums them, waits for all; the upper half goes on
+      named_bar_sync(1, kFusedThreads);
+    else
+      named_bar_arrive(1, kFusedThreads);
     if (n > 0) cluster_wait();  // X(n-1): every CTA is past its reads of the slots written next
     // 2a. Warps in order, in fp64: this CTA's partial row of token `row`, sent to CTA `row` (remote stores do not
     // wait; remote loads the other way round cost latency and registers).
@@ -1462,7 +1474,12 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
       cluster_arrive_relaxed();  // X(n)
     } else {
       cluster_arrive_relaxed();  // X(n)
-      if (n > 1) collapse(n - 2, kCollapseFirst, kCollapseCount);
+      if (n > 1) {
+        collapse(n - 2, kCollapseFirst, kCollapseCount);
+        named_bar_sync(2, kCollapseCount);  // ring stage (n-2) % S is free: it takes tile n-2+S
+        if (tid == kCollapseFirst && n - 2 + kFusedStages < my_tiles)
+          issue_tile(tile_of(n - 2 + kFusedStages), int((n - 2) % kFusedStages));
+      }
     }
   }
   // The last token and the last two collapses. X(last) frees the spre slot of the last pre; the last collapse waits
