@@ -17,7 +17,7 @@ H = 4 instantiation (ptxas, sm_90a):
   mix_fused_fwd<Pre|Head>      forward in one pass over x (bf16, hc 4, hidden 2048/4096, Hopper): mixes
                                on the tensor cores (fn split exactly into 3 bf16 terms), pre, collapse; a
                                cluster of 16 CTAs per tile of 16 tokens, x by TMA, fp64 cross-warp/CTA
-                               sums                                                      128 / 87 reg, 225 KB smem
+                               sums, st.async between CTAs                               128 / 87 reg, 225 KB smem
   mix_post_comb<H>             post and comb (Sinkhorn) from the mixes, after mix_fused_fwd    thread/token 47 reg
   mix_bwd_reduce<H>            per token: sum x^2 and g_pre_h = <g_y, x_h> (fp64 sums); hc_pre: its first
                                blocks run the Sinkhorn backward meanwhile (forward recomputed, stages kept
@@ -48,13 +48,15 @@ percentages are one-pass bytes over time, against the copy rate):
   hc_post fwd v1 0.425 ms (95%), hf 0.434 ms (93%), bwd 0.729 ms (87%)
   hc_pre  fwd 0.658 ms (34%: mix_fused_fwd, x read once; it was 0.712 ms = mix_fwd 0.486 FFMA-bound + collapse 0.232);
           0.556 ms (40%) with the Sinkhorn of mix_post_comb on divide_lines (0.579 before, A/B as below); 0.456 ms
-          (49.5%) with x by TMA and A fragments by ldmatrix (bench/hc_ab.sh, 3 runs each)
+          (49.5%) with x by TMA and A fragments by ldmatrix (bench/hc_ab.sh, 3 runs each); 0.348 ms (65%) with the
+          cluster's data by st.async and no barrier at the top of a tile (`parity run --perf`: 0.339 ms, 66%)
   hc_pre  bwd 1.498 ms (27%: reduce 0.227 = 99%, token 0.108, dx_dfn 1.151, sums 0.020); with dx_dfn on the tensor
           cores (mix_bwd_dx_dfn_mma) 0.839 ms (48%: dx_dfn 1.094 -> 0.488 ms, 84% of the copy rate on its own bytes;
           A/B in one process, bench/hc_ab.sh, 3 runs each); with divide_lines and hc a template parameter of the
           token kernel 0.795 ms (51%: token 0.113 -> 0.067 ms; 0.099 -> 0.043 at 257 tokens, a single thread's chain);
           with the Sinkhorn backward beside the reduce 0.780 ms (52%)
-  hc_head fwd 0.453 ms (50%), fused with TMA + ldmatrix 0.358 ms (62%); bwd 0.782 ms (52%: dx_dfn 0.539 = 75%)
+  hc_head fwd 0.453 ms (50%), fused with TMA + ldmatrix 0.358 ms (62%), st.async 0.258 ms (87%; `parity run
+          --perf` 0.243 ms, 92%); bwd 0.782 ms (52%: dx_dfn 0.539 = 75%)
   PyTorch eager (HF composition, same run kind): hc_post fwd 6.13 ms, fwd+bwd 13.2; hc_pre fwd 5.40, fwd+bwd 18.2;
   hc_head fwd 5.01, fwd+bwd 16.6.
 H200 (copy 4.24 TB/s), same shape, at aa40574 (standalone): hc_post fwd 0.313 ms (91%), bwd 0.570 (78%); hc_pre fwd
@@ -1109,8 +1111,8 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 //      terms (hi + mid + lo = the fp32 value), so every product is exact and only the sums round. Each warp sums
 //      BPW blocks of 32 k (a 12-MMA fp32 chain), then warps, then the cluster's CTAs are summed in fp64 in a fixed
 //      order; the sum of squares for the rms scale likewise (fp32 FFMA over 16 exact squares, then fp64).
-//   2. CTA r finishes token r of the tile (fp64 sums over the cluster through distributed shared memory): mixes,
-//      pre, and pre written into every CTA's shared memory.
+//   2. CTA r finishes token r of the tile (fp64 sums over the cluster, the partial rows sent to it by st.async):
+//      mixes, pre, and pre sent into every CTA's shared memory (st.async).
 //   3. Every CTA collapses its slice of the tile from shared memory: y = sum_h pre_h x_h, as collapse_kernel does.
 // post and comb (hc_pre: the Sinkhorn) need no x and run after it, one thread per token (mix_post_comb).
 // Measured (H100, V4 dims, `parity run --perf`): 0.658 ms = 34% of the copy rate, 7 resident clusters (112 SMs),
@@ -1122,10 +1124,14 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 // the same bits out (ncu: issue slots 49% busy, ~930 instructions per warp and tile, a sixth of them the fp32 adds
 // behind the MMAs; stalls: waits, barrier, math, membar). TMA loads and ldmatrix fragments (below): 212M -> 131M
 // instructions (ncu), H100 hc_pre 0.555 -> 0.456 ms (49.5% of copy, with mix_post_comb), hc_head 0.433 -> 0.358 ms
-// (62%). Now (ncu, hc_pre): issue slots 31% busy; stalls: barrier (the tile's first __syncthreads) and the multiply's
-// tensor pipe, a fifth each, then the cross-warp sums, membar. Tried and dropped: the lower half taking 1/8 of the
-// collapse after its sums, with one fence for its stores (x1.025). Next: more tokens per barrier (register-bound:
-// fn's fragments take 72 of 128 registers), st.async + mbarriers in place of the fenced cluster barrier.
+// (62%). Then (ncu, hc_pre): issue slots 31% busy; stalls: the tile's first __syncthreads and the multiply's tensor
+// pipe, a fifth each, then the cross-warp sums, membar (fence.release.cluster compiles to MEMBAR.ALL.GPU). Data by
+// st.async onto mbarriers instead of fenced remote stores: hc_pre 0.459 -> 0.376 ms, hc_head 0.361 -> 0.281 (H100,
+// bench/hc_ab.sh, same bits); no barrier at the top of a tile (see the loop): 0.382 -> 0.348, 0.286 -> 0.258
+// (`parity run --perf`: hc_pre 0.339 ms = 66% of copy, hc_head 0.243 = 92%). Tried and dropped, each slower: the
+// lower half taking part of the collapse after its sums (x1.03 before; x1.09 now, also without a fence), a thread
+// per cross-warp sum over both halves (x1.12): neither half has slack for the other's work. Next: fewer instructions
+// in the collapse (141 per 8 outputs, a quarter of the kernel's) and the multiply (37%: the split3 chains).
 // A stage is one TMA box as it lands: x viewed as [stream][hidden / 64][token][64] (4-D tensor map, strides in any
 // order), box (64, 16 tokens, Dc / 64, H), 128-byte swizzle: the 16 tokens of a 64-element chunk are 16 lines of
 // 128 bytes, unit u of line r at u ^ (r % 8) (FusedSlice::at). ldmatrix then reads the multiply's A fragments (8 rows
@@ -1407,7 +1413,10 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
   // data arrive by st.async, counted by the mbarriers rows_in and pre_in; X orders only the reuse of their slots:
   // gpart alternates (slot n & 1 was last read by the finisher of n-2, before X(n-1)); spre has three slots (slot
   // (n-1) % 3 was last read by the collapse of n-4, before X(n-1)); ring stage n % S is refilled (with tile n + S)
-  // after the collapse of n.
+  // by the collapse warps once they have all collapsed n. No barrier opens a tile: a warp multiplies as soon as the
+  // tile has landed (the upper half ahead, from its own work on the tile before), and only the partials' buffer
+  // makes every warp meet once per tile, before its stores (barrier 1 then lets the lower half, which sums them, wait
+  // for all stores while the upper half goes on).
   constexpr int kFinisher = kFusedWarps / 2, kCollapseFirst = 32 * (kFinisher + 1);
   constexpr int kCollapseCount = kFusedThreads - kCollapseFirst;
   for (int64_t n = 0; n < my_tiles; ++n) {
