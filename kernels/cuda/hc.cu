@@ -1130,8 +1130,11 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 // bench/hc_ab.sh, same bits); no barrier at the top of a tile (see the loop): 0.382 -> 0.348, 0.286 -> 0.258
 // (`parity run --perf`: hc_pre 0.339 ms = 66% of copy, hc_head 0.243 = 92%). Tried and dropped, each slower: the
 // lower half taking part of the collapse after its sums (x1.03 before; x1.09 now, also without a fence), a thread
-// per cross-warp sum over both halves (x1.12): neither half has slack for the other's work. Next: fewer instructions
-// in the collapse (141 per 8 outputs, a quarter of the kernel's) and the multiply (37%: the split3 chains).
+// per cross-warp sum over both halves (x1.12), the finisher warp collapsing too (x1.13), FFMA in the collapse (the
+// same time): neither half has slack for the other's work. clock64 per phase (H100, hc_head, ~2770 clock cycles a
+// tile): the lower half's sums ~1000 a round, the finisher's token ~1800, the collapse ~1750; the cross-warp sums'
+// loads all ahead of their adds (full unroll): hc_pre 0.352 -> 0.327 ms. Next: the finisher's and the sums' latency
+// chains, and fewer instructions in the multiply (37%: the split3 chains).
 // A stage is one TMA box as it lands: x viewed as [stream][hidden / 64][token][64] (4-D tensor map, strides in any
 // order), box (64, 16 tokens, Dc / 64, H), 128-byte swizzle: the 16 tokens of a 64-element chunk are 16 lines of
 // 128 bytes, unit u of line r at u ^ (r % 8) (FusedSlice::at). ldmatrix then reads the multiply's A fragments (8 rows
@@ -1471,7 +1474,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
       for (int v = tid; v < kFusedTM * NC; v += kFusedThreads / 2) {
         const int row = v / NC, col = v % NC;
         double sum = 0;
-#pragma unroll 4
+#pragma unroll  // every load ahead of the chain of adds (unrolled by 4: hc_pre 0.352 -> 0.327 ms, the same bits)
         for (int w = 0; w < kFusedWarps; ++w)
           sum += col < 8 * NT ? double(wdot[(w * kFusedTM + row) * 8 * NT + col]) : wss[w * kFusedTM + row];
         st_async(cluster_addr(gpart + ((n & 1) * kFusedCluster + rank) * NC + col, row), sum,
