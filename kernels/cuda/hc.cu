@@ -678,8 +678,11 @@ __device__ __forceinline__ double pre_gate_backward(const float* mix, const doub
 }
 
 // pre_h = sigmoid(mix_h * scale[0] + base_h) + eps: the gate both kinds share (and the one the collapse needs).
+__device__ __forceinline__ float pre_gate(float mix, float scale, float base_h, float hc_eps) {
+  return sigmoid(logit(mix, scale, base_h)) + hc_eps;
+}
 __device__ __forceinline__ float pre_gate(float mix, int h, const MixFwdArgs& a) {
-  return sigmoid(logit(mix, __ldg(a.scale), __ldg(a.base + h))) + a.hc_eps;
+  return pre_gate(mix, __ldg(a.scale), __ldg(a.base + h), a.hc_eps);
 }
 
 struct PreKind : MixLayout<(2 + H4) * H4, 3> {
@@ -1302,6 +1305,10 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
   uint64_t* pre_in = rows_in + 2;             // [3]: spre's slot has every token's pre
   constexpr unsigned kRowBytes = kFusedCluster * NC * 8, kPreBytes = kFusedCluster * H4 * 4;  // a slot's bytes in
 
+  // The gate's parameters, once: every acquire at cluster scope below invalidates L1 (CCTL.IVALL), so a load per tile
+  // would go to L2 on the finisher's path.
+  const float gate_scale = __ldg(a.scale), gate_base = lane < a.H ? __ldg(a.base + lane) : 0.f;
+
   // Block j of this warp: stream s, offset j0 in the slice; its k in fn's flattened [H][D] row.
   auto block_k = [&](int j) {
     const int b = warp * BPW + j, s = b / (Sl::Dc / 32), j0 = (b % (Sl::Dc / 32)) * 32;
@@ -1396,7 +1403,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
     r = __shfl_sync(~0u, r, NC - 1);
     const float mix = lane < NC - 1 ? float(sum * r) : 0.f;  // one rounding, as the CPU path
     const bool live = t < a.tokens;
-    const float pre = lane < a.H ? pre_gate(mix, lane, a) : 0.f;
+    const float pre = lane < a.H ? pre_gate(mix, gate_scale, gate_base, a.hc_eps) : 0.f;
     // Lane l sends pre_h, h = l % 4, to CTAs l / 4 and l / 4 + 8; the global stores go after, off the cluster's path.
     const float ph = __shfl_sync(~0u, pre, lane & 3);
     const float* dst = spre + (n % 3) * kFusedTM * H4 + rank * H4 + (lane & 3);
