@@ -250,6 +250,23 @@ int main(int argc, char** argv) {
                   op.c_str(), (unsigned long long)device_hash({{gx, T * HD * 2}}),
                   (unsigned long long)device_hash({{gfn, int64_t(m) * HD * 4}}), splits,
                   (unsigned long long)device_hash({{gbase, m * 4}, {gscale, (p ? 3 : 1) * 4}}));
+      if (kc::mix_fused_bwd_fits(kind, kc::Dtype::bf16, x, gy, gx, H, D)) {
+        const int fsplits = kc::mix_fused_bwd_splits(kind, T, D);
+        float* fpart = alloc<float>(int64_t(fsplits) * m * HD);
+        auto bwd_fused = [&] {
+          kc::launch_mix_fused_bwd(kind, x, gy, mixes, fn, base, scale, gate, gx, fpart, T, H, D, k, s);
+          kc::launch_sum_splits(fpart, gfn, int64_t(m) * HD, fsplits, s);
+          kc::launch_mix_bwd_colsum(kind, gate, T, H, gbase, gscale, s);
+        };
+        rows.push_back({op + " bwd fused (vs one pass)", time_ms(bwd_fused),
+                        (2 * T * HD + T * D) * e + 2 * prm + 2 * T * 2 * H * 4.0});
+        std::printf("%s fused backward: grad_x hash %016llx, grad_fn hash %016llx (%d splits), grad_base, grad_scale "
+                    "hash %016llx\n",
+                    op.c_str(), (unsigned long long)device_hash({{gx, T * HD * 2}}),
+                    (unsigned long long)device_hash({{gfn, int64_t(m) * HD * 4}}), fsplits,
+                    (unsigned long long)device_hash({{gbase, m * 4}, {gscale, (p ? 3 : 1) * 4}}));
+        CK(cudaFree(fpart));
+      }
     }
     (void)params;
   }

@@ -211,8 +211,8 @@ void mix_forward(kc::MixKind kind, const std::string& where, const OpContext& ct
 }
 
 // reduce (sum x^2, <g_y, x_h>) -> token (gate backward, per-token coefficients) -> dx_dfn (grad_x, grad_fn
-// partials) -> sum_splits (grad_fn) and colsum (grad_base, grad_scale). Workspaces come from the caching allocator
-// on the current stream.
+// partials), or the three in one pass where mix_fused_bwd fits (hc_head); then sum_splits (grad_fn) and colsum
+// (grad_base, grad_scale). Workspaces come from the caching allocator on the current stream.
 void mix_backward(kc::MixKind kind, const std::string& where, const OpContext& ctx, const TensorMap& in,
                   const TensorMap& fwd_out, const TensorMap& grad_out, TensorMap& grads) {
   const Constants k = constants(ctx);
@@ -237,30 +237,38 @@ void mix_backward(kc::MixKind kind, const std::string& where, const OpContext& c
   float* grad_scale = writable_f32(grads, "scale", p.ns, dev, where);
 
   const at::TensorOptions f32 = p.x.options().dtype(at::kFloat);
-  const int splits = kc::mix_bwd_splits(kind, p.dt, p.t, hc, k.hidden,
-                                        at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
   const at::TensorOptions f64 = p.x.options().dtype(at::kDouble);  // the per-token reductions and gate gradients
-  at::Tensor red = at::empty({p.t, 1 + k.hc}, f64);
-  at::Tensor coef = at::empty({p.t, kc::mix_coef_width(kind)}, f32);
   at::Tensor gate = at::empty({p.t, kc::mix_gate_width(kind)}, f64);
-  at::Tensor hist = pre_kind ? at::empty({kc::sinkhorn_hist_floats(p.t, hc, int(k.sinkhorn_iters))}, f32)
-                             : at::Tensor();
-  at::Tensor part = at::empty({splits, p.m, n}, f32);
-
   const cudaStream_t s = at::cuda::getCurrentCUDAStream();
-  kc::launch_mix_bwd_reduce(kind, p.dt, p.x.data_ptr(), g_y.data_ptr(), red.data_ptr<double>(), mixes.data_ptr<float>(),
-                            pre_kind ? g_comb.data_ptr<float>() : nullptr, p.base.data_ptr<float>(),
-                            p.scale.data_ptr<float>(), gate.data_ptr<double>(),
-                            pre_kind ? hist.data_ptr<float>() : nullptr, p.t, hc, k.hidden, mix_consts(k), s);
-  check_launch(where, "mix_bwd_reduce");
-  kc::launch_mix_bwd_token(kind, mixes.data_ptr<float>(), red.data_ptr<double>(),
-                           pre_kind ? g_post.data_ptr<float>() : nullptr, p.base.data_ptr<float>(),
-                           p.scale.data_ptr<float>(), coef.data_ptr<float>(), gate.data_ptr<double>(), p.t, hc,
-                           k.hidden, mix_consts(k), s);
-  check_launch(where, pre_kind ? "mix_bwd_token<pre>" : "mix_bwd_token<head>");
-  kc::launch_mix_bwd_dx_dfn(kind, p.dt, p.x.data_ptr(), g_y.data_ptr(), coef.data_ptr<float>(),
-                            p.fn.data_ptr<float>(), grad_x, part.data_ptr<float>(), p.t, hc, k.hidden, splits, s);
-  check_launch(where, "mix_bwd_dx_dfn");
+  const bool fused = kc::mix_fused_bwd_fits(kind, p.dt, p.x.data_ptr(), g_y.data_ptr(), grad_x, hc, k.hidden);
+  const int splits = fused ? kc::mix_fused_bwd_splits(kind, p.t, k.hidden)
+                           : kc::mix_bwd_splits(kind, p.dt, p.t, hc, k.hidden,
+                                                at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
+  at::Tensor part = at::empty({splits, p.m, n}, f32);
+  if (fused) {
+    kc::launch_mix_fused_bwd(kind, p.x.data_ptr(), g_y.data_ptr(), mixes.data_ptr<float>(), p.fn.data_ptr<float>(),
+                             p.base.data_ptr<float>(), p.scale.data_ptr<float>(), gate.data_ptr<double>(), grad_x,
+                             part.data_ptr<float>(), p.t, hc, k.hidden, mix_consts(k), s);
+    check_launch(where, "mix_fused_bwd");
+  } else {
+    at::Tensor red = at::empty({p.t, 1 + k.hc}, f64);
+    at::Tensor coef = at::empty({p.t, kc::mix_coef_width(kind)}, f32);
+    at::Tensor hist = pre_kind ? at::empty({kc::sinkhorn_hist_floats(p.t, hc, int(k.sinkhorn_iters))}, f32)
+                               : at::Tensor();
+    kc::launch_mix_bwd_reduce(kind, p.dt, p.x.data_ptr(), g_y.data_ptr(), red.data_ptr<double>(),
+                              mixes.data_ptr<float>(), pre_kind ? g_comb.data_ptr<float>() : nullptr,
+                              p.base.data_ptr<float>(), p.scale.data_ptr<float>(), gate.data_ptr<double>(),
+                              pre_kind ? hist.data_ptr<float>() : nullptr, p.t, hc, k.hidden, mix_consts(k), s);
+    check_launch(where, "mix_bwd_reduce");
+    kc::launch_mix_bwd_token(kind, mixes.data_ptr<float>(), red.data_ptr<double>(),
+                             pre_kind ? g_post.data_ptr<float>() : nullptr, p.base.data_ptr<float>(),
+                             p.scale.data_ptr<float>(), coef.data_ptr<float>(), gate.data_ptr<double>(), p.t, hc,
+                             k.hidden, mix_consts(k), s);
+    check_launch(where, pre_kind ? "mix_bwd_token<pre>" : "mix_bwd_token<head>");
+    kc::launch_mix_bwd_dx_dfn(kind, p.dt, p.x.data_ptr(), g_y.data_ptr(), coef.data_ptr<float>(),
+                              p.fn.data_ptr<float>(), grad_x, part.data_ptr<float>(), p.t, hc, k.hidden, splits, s);
+    check_launch(where, "mix_bwd_dx_dfn");
+  }
   kc::launch_sum_splits(part.data_ptr<float>(), grad_fn, p.m * n, splits, s);
   check_launch(where, "sum_splits");
   kc::launch_mix_bwd_colsum(kind, gate.data_ptr<double>(), p.t, hc, grad_base, grad_scale, s);

@@ -32,6 +32,11 @@ H = 4 instantiation (ptxas, sm_90a):
                                mma.sync (coef, fn split into bf16 terms); a CTA owns 64 hidden positions
                                of all streams, tiles of 16 tokens through a 4-stage cp.async ring
                                                                                      128 reg, 49 KB dyn smem
+  mix_fused_bwd<Head>          hc_head's backward in one pass over x (bf16, hc 4, hidden 2048/4096, Hopper):
+                               a cluster of 16 CTAs per tile of 16 tokens, x and g_y by TMA; each row's
+                               sums (fp64) by st.async to the token's CTA, whose finisher warp runs the gate
+                               backward (a lane per stream) and sends the coefficient row to every CTA;
+                               grad_x and the grad_fn sums as mix_bwd_dx_dfn                 161 reg, 204 KB smem
   sum_splits, colsum           fixed-order second reductions (grad_fn; grad_base, grad_scale)
   (* hc_post_bwd is capped at 128 registers and spills 28 bytes: faster, see the kernel.)
 
@@ -56,7 +61,9 @@ percentages are one-pass bytes over time, against the copy rate):
           token kernel 0.795 ms (51%: token 0.113 -> 0.067 ms; 0.099 -> 0.043 at 257 tokens, a single thread's chain);
           with the Sinkhorn backward beside the reduce 0.780 ms (52%)
   hc_head fwd 0.453 ms (50%), fused with TMA + ldmatrix 0.358 ms (62%), st.async 0.258 ms (87%; `parity run
-          --perf` 0.243 ms, 92%); bwd 0.782 ms (52%: dx_dfn 0.539 = 75%)
+          --perf` 0.243 ms, 92%); bwd 0.782 ms (52%: dx_dfn 0.539 = 75%), in one pass (mix_fused_bwd) 0.464 ms
+          (87%; the two-pass 0.726 ms in the same run; 0.776 ms with the gate backward serial on the finisher's
+          lane 0, where ncu put 35% of the compute warps' stall samples on the wait for the coefficient rows)
   PyTorch eager (HF composition, same run kind): hc_post fwd 6.13 ms, fwd+bwd 13.2; hc_pre fwd 5.40, fwd+bwd 18.2;
   hc_head fwd 5.01, fwd+bwd 16.6.
 H200 (copy 4.24 TB/s), same shape, at aa40574 (standalone): hc_post fwd 0.313 ms (91%), bwd 0.570 (78%); hc_pre fwd
@@ -654,6 +661,29 @@ __device__ __forceinline__ double sigmoid64(double z) { return 1.0 / (1.0 + exp(
 // rd[1 + h] = <g_y, x_h> (from mix_bwd_reduce). Writes d loss / d logit_h to gg[h], r * d loss / d mix_h to cf[h] and
 // pre_h to cf[MP + 1 + h] (zero for h >= H, and with ZeroPast also cf[h] and gg[h]); adds g_mix_h * mix_h to `dot`
 // and returns the scale's term sum_h gz_h * mix_h.
+// One stream's share: the loop body below, and a lane's in mix_fused_bwd (HeadKind::bwd_token_warp).
+struct PreGateGrad {
+  double m, gz, gm;  // the mix, d loss / d logit, d loss / d mix
+  float cf, pre;     // r * d loss / d mix; the forward's pre, bit for bit
+};
+__device__ __forceinline__ PreGateGrad pre_gate_grad(float mix, double g_pre, float base_h, float s, float r,
+                                                     float hc_eps) {
+  PreGateGrad o;
+  o.m = mix;
+  const double sg = sigmoid64(o.m * s + base_h);
+  o.gz = g_pre * (sg * (1 - sg));
+  o.gm = o.gz * s;
+  o.cf = float(r * o.gm);
+  o.pre = sigmoid(logit(mix, s, base_h)) + hc_eps;
+  return o;
+}
+// The scale's term and the norm's dot, summed over streams in order (both callers: the same expressions, the same
+// contractions).
+__device__ __forceinline__ void pre_gate_sums(double gz, double m, double gm, double& sc, double& dot) {
+  sc += gz * m;
+  dot += gm * m;
+}
+
 template <int MP, bool ZeroPast>
 __device__ __forceinline__ double pre_gate_backward(const float* mix, const double* rd, const float* base, float s,
                                                     float r, float hc_eps, int H, float* cf, double* gg, double& dot) {
@@ -661,14 +691,11 @@ __device__ __forceinline__ double pre_gate_backward(const float* mix, const doub
 #pragma unroll
   for (int h = 0; h < H4; ++h) {
     if (h < H) {
-      const double m = mix[h], sg = sigmoid64(m * s + __ldg(base + h));
-      const double gz = rd[1 + h] * (sg * (1 - sg));
-      gg[h] = gz;
-      sc += gz * m;
-      const double gm = gz * s;
-      cf[h] = float(r * gm);
-      dot += gm * m;
-      cf[MP + 1 + h] = sigmoid(logit(mix[h], s, __ldg(base + h))) + hc_eps;  // the forward's pre, bit for bit
+      const PreGateGrad g = pre_gate_grad(mix[h], rd[1 + h], __ldg(base + h), s, r, hc_eps);
+      gg[h] = g.gz;
+      cf[h] = g.cf;
+      cf[MP + 1 + h] = g.pre;
+      pre_gate_sums(g.gz, g.m, g.gm, sc, dot);
     } else {
       if constexpr (ZeroPast) cf[h] = 0.f, gg[h] = 0;
       cf[MP + 1 + h] = 0.f;
@@ -684,6 +711,9 @@ __device__ __forceinline__ float pre_gate(float mix, float scale, float base_h, 
 __device__ __forceinline__ float pre_gate(float mix, int h, const MixFwdArgs& a) {
   return pre_gate(mix, __ldg(a.scale), __ldg(a.base + h), a.hc_eps);
 }
+
+// c = r^2 / K <g_mixes, mixes>: the coefficient of x in grad_x (the norm's backward).
+__device__ __forceinline__ float norm_coef(float r, int K, double dot) { return float(double(r) * r / K * dot); }
 
 struct PreKind : MixLayout<(2 + H4) * H4, 3> {
   // mixes, pre = sigmoid(.) + eps, post = post_mult * sigmoid(.), comb = Sinkhorn(.)
@@ -774,7 +804,7 @@ struct PreKind : MixLayout<(2 + H4) * H4, 3> {
           dot += gm * mix[m];
         }
     for (int m = M; m < MP; ++m) cf[m] = 0.f, gg[m] = 0;
-    cf[MP] = float(double(r) * r / a.K * dot);
+    cf[MP] = norm_coef(r, a.K, dot);
     for (int m = MP + 1 + H4; m < CW; ++m) cf[m] = 0.f;
     gg[MP] = sc0, gg[MP + 1] = sc1, gg[MP + 2] = sc2;
     for (int m = MP + NS; m < GW; ++m) gg[m] = 0;
@@ -800,10 +830,31 @@ struct HeadKind : MixLayout<H4, 1> {
     double* gg = a.gate + t * GW;
     double dot = 0;
     const double sc = pre_gate_backward<MP, true>(mix, rd, a.base, s, r, a.hc_eps, H, cf, gg, dot);
-    cf[MP] = float(double(r) * r / a.K * dot);
+    cf[MP] = norm_coef(r, a.K, dot);
     for (int m = MP + 1 + H4; m < CW; ++m) cf[m] = 0.f;
     gg[MP] = sc;
     for (int m = MP + NS; m < GW; ++m) gg[m] = 0;
+  }
+
+  // bwd_token by a warp, from sums in registers (mix_fused_bwd's finisher): `red` in lane i < 1 + H is red row entry
+  // i, mix and base_h in lane h < H are stream h's. Lane h runs stream h's gate (the serial loop's fp64 sigmoids
+  // were the finisher's chain); the sums over streams then run in every lane in stream order, so the rows are
+  // bwd_token's bit for bit. Returns coefficient row entry `lane` (lane < CW) in cf and gate row entry `lane`
+  // (lane < GW) in gg.
+  static __device__ __forceinline__ void bwd_token_warp(double red, float mix, float base_h, float s, int K,
+                                                        float rms_eps, float hc_eps, int H, float& cf, double& gg) {
+    const int lane = threadIdx.x & 31;
+    const float r = rms_scale(__shfl_sync(~0u, red, 0), K, rms_eps);
+    const PreGateGrad g = pre_gate_grad(mix, __shfl_sync(~0u, red, (lane + 1) & 31), base_h, s, r, hc_eps);
+    double sc = 0, dot = 0;
+#pragma unroll
+    for (int h = 0; h < H4; ++h) {
+      const double gz = __shfl_sync(~0u, g.gz, h), m = __shfl_sync(~0u, g.m, h), gm = __shfl_sync(~0u, g.gm, h);
+      if (h < H) pre_gate_sums(gz, m, gm, sc, dot);
+    }
+    const float pre = __shfl_sync(~0u, g.pre, (lane - MP - 1) & 31);
+    cf = lane < H ? g.cf : lane == MP ? norm_coef(r, K, dot) : lane > MP && lane < MP + 1 + H ? pre : 0.f;
+    gg = lane < H ? g.gz : lane == MP ? sc : 0.0;
   }
 };
 
@@ -1987,6 +2038,230 @@ bool dx_dfn_mma_ready() {
   });
 }
 
+// ---- hc_head's backward in one pass over x: mix_fused_bwd ------------------------------------------------------------
+// The two-pass backward (reduce, then dx_dfn) reads x and g_y twice: 1.56x the one-pass bytes, which caps it near 64%
+// of the copy rate (hc_head, H100, V4 dims: 0.714 ms, 56%). A token's coefficients need sums over its whole row, so
+// here a cluster of 16 CTAs holds a tile of 16 tokens, each CTA a slice of Dc hidden positions of every stream (x by
+// TMA, as mix_fused_fwd) and of g_y, until the tile's grad_x has been written:
+//   a. compute warps, tile n: per row, this slice's sum x^2 and <g_y, x_h> (fp64 from exact products, as
+//      mix_bwd_reduce), 16 lanes a row, sent to CTA `row` by st.async;
+//   b. the finisher warp, tile n-1: CTA r sums token r's 16 partial rows in rank order, runs Kind::bwd_token (red,
+//      coef and gate rows in global memory, as mix_bwd_token) and sends the coefficient row to every CTA;
+//   c. compute warps, tile n-2: grad_x as mix_bwd_dx_dfn computes it (the same expression, one rounding), and the
+//      grad_fn sums of the thread's 8 columns over its rows; the tile's ring stage then takes tile n+3.
+// A thread keeps fn and the grad_fn sums of its columns for the whole launch; its partial row goes out at the end
+// (split cluster * Groups + group, summed by sum_splits). One cluster barrier per tile orders the reuse of the
+// st.async slots: X(n) is waited for before the sends of iteration n + 1. The compute warps arrive at the end of
+// iteration n; the finisher at its start, so that its token (fp64 sigmoids on one thread) is off the barrier's
+// chain: its reads of a partial-row slot, in iteration m + 1, then still come before the slot's next sends (tile
+// m + 3, after X(m + 2)), as the slots rotate three deep.
+constexpr int kFbWarps = 8, kFbThreads = 32 * (kFbWarps + 1), kFbStages = 5;
+
+template <int BPW>
+struct FusedBwdSlice {
+  using Sl = FusedSlice<BPW>;  // x's stage as the forward's; g_y's follows it, one stream of the same layout
+  static constexpr int Dc = Sl::Dc, XBytes = Sl::StageBytes, StageBytes = XBytes + kFusedTM * Dc * 2;
+  static constexpr int Units = H4 * Dc / 8;                // 16-byte units of a token's x slice
+  static constexpr int Groups = 32 * kFbWarps / Units;     // c: row groups (a thread: one unit of Rows rows)
+  static constexpr int Rows = kFusedTM / Groups;
+  static constexpr int RowThreads = 32 * kFbWarps / kFusedTM;  // a: threads per row
+  static_assert(Dc / 8 % RowThreads == 0 && StageBytes % 1024 == 0, "whole units per thread, 1024-byte stages");
+};
+
+template <class Kind, int BPW>
+constexpr size_t mix_fused_bwd_smem_bytes() {
+  return size_t(kFbStages) * FusedBwdSlice<BPW>::StageBytes  // x and g_y ring
+         + size_t(3) * kFusedCluster * (1 + H4) * 8         // every CTA's partial row of token `rank` (fp64), x3
+         + size_t(3) * kFusedTM * Kind::CW * 4               // the tile's coefficient rows, three tiles
+         + size_t(kFbStages + 3 + 3) * 8;                    // mbarriers: ring stages, gpart and scoef slots
+}
+
+struct FusedBwdArgs {
+  MixBwdTokenArgs t;  // mixes, base, scale, gate (rows as mix_bwd_token writes them) and the constants
+  const float* fn;
+  bf16* gx;
+  float* part;  // [clusters * Groups][M][K]
+};
+
+template <class Kind, int BPW>
+__global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __grid_constant__ CUtensorMap xmap,
+                                                                      const __grid_constant__ CUtensorMap gmap,
+                                                                      FusedBwdArgs fa) {
+  static_assert(Kind::MP == H4 && Kind::CW <= 32 && Kind::GW <= 32, "grad_x on the CUDA cores: the head's 4 mixes");
+  using Sl = FusedSlice<BPW>;
+  using Sb = FusedBwdSlice<BPW>;
+  constexpr int MP = Kind::MP, CW = Kind::CW, NC = 1 + H4, D = BPW * kFusedHidden, K = H4 * D;
+  const MixBwdTokenArgs& a = fa.t;
+  const int rank = int(cooperative_groups::this_cluster().block_rank());
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t tiles = (a.tokens + kFusedTM - 1) / kFusedTM;
+  const int64_t cluster_id = blockIdx.x / kFusedCluster, clusters = gridDim.x / kFusedCluster;
+
+  extern __shared__ __align__(1024) unsigned char fused_smem[];
+  unsigned char* ring = fused_smem;
+  double* gpart = reinterpret_cast<double*>(ring + size_t(kFbStages) * Sb::StageBytes);  // [3][CTA][NC]
+  float* scoef = reinterpret_cast<float*>(gpart + 3 * kFusedCluster * NC);              // [3][row][CW]
+  uint64_t* landed = reinterpret_cast<uint64_t*>(scoef + 3 * kFusedTM * CW);             // [stage]
+  uint64_t* rows_in = landed + kFbStages;  // [3]
+  uint64_t* coef_in = rows_in + 3;         // [3]
+  constexpr unsigned kRowBytes = kFusedCluster * NC * 8, kCoefBytes = kFusedCluster * CW * 4;
+
+  // The gate's parameters, once (as the forward's finisher: each cluster-scope acquire invalidates L1).
+  const float gate_scale = __ldg(a.scale), gate_base = lane < a.H ? __ldg(a.base + lane) : 0.f;
+
+  auto issue_tile = [&](int64_t tile, int st) {
+    unsigned char* dst = ring + size_t(st) * Sb::StageBytes;
+    mbar_expect_bytes(landed + st, Sb::StageBytes);
+    tma_load_4d(dst, &xmap, 0, int(tile * kFusedTM), rank * Sl::Chunks, 0, landed + st);
+    tma_load_4d(dst + Sb::XBytes, &gmap, 0, int(tile * kFusedTM), rank * Sl::Chunks, 0, landed + st);
+  };
+  const int64_t my_tiles = cluster_id < tiles ? (tiles - cluster_id + clusters - 1) / clusters : 0;
+  auto tile_of = [&](int64_t n) { return cluster_id + n * clusters; };
+  if (tid == 0) {
+    for (int st = 0; st < kFbStages; ++st) mbar_init(landed + st, 1);
+    for (int s = 0; s < 3; ++s) mbar_init(rows_in + s, 1), mbar_expect_bytes(rows_in + s, kRowBytes);
+    for (int s = 0; s < 3; ++s) mbar_init(coef_in + s, 1), mbar_expect_bytes(coef_in + s, kCoefBytes);
+    mbar_init_fence();
+    for (int p = 0; p < kFbStages && p < my_tiles; ++p) issue_tile(tile_of(p), p);
+  }
+  cluster_arrive();
+  cluster_wait();
+
+  // c's columns: unit `unit` of the slice (stream h, 8 hidden positions from d), rows group * Rows on.
+  const int unit = tid % Sb::Units, group = tid / Sb::Units;
+  const int uh = unit / (Sb::Dc / 8), uu = unit % (Sb::Dc / 8);
+  const int kcol = uh * D + rank * Sb::Dc + uu * 8;
+  float f[MP][8], acc[MP][8];
+  if (warp < kFbWarps) {
+#pragma unroll
+    for (int m = 0; m < MP; ++m)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) f[m][e] = m < a.M ? __ldg(fa.fn + int64_t(m) * K + kcol + e) : 0.f, acc[m][e] = 0.f;
+  }
+
+  for (int64_t n = 0; n < my_tiles + 2; ++n) {
+    if (warp < kFbWarps) {
+      bool waited = n == 0;  // X(n-1), before this iteration's sends
+      if (n < my_tiles) {
+        // a. Row `row`: RowThreads lanes, each BPW units of g_y's slice and the same positions of every stream.
+        mbar_wait(landed + n % kFbStages, unsigned(n / kFbStages) & 1);
+        const unsigned char* xs = ring + size_t(n % kFbStages) * Sb::StageBytes;
+        const int row = tid / Sb::RowThreads, j = tid % Sb::RowThreads;
+        double ss = 0, gp[H4];
+#pragma unroll
+        for (int h = 0; h < H4; ++h) gp[h] = 0;
+#pragma unroll
+        for (int i = 0; i < Sb::Dc / 8 / Sb::RowThreads; ++i) {
+          const int u = j + i * Sb::RowThreads;
+          const uint4 g4 = *reinterpret_cast<const uint4*>(xs + Sb::XBytes + Sl::at(0, row, u));
+          const uint32_t gw[4] = {g4.x, g4.y, g4.z, g4.w};
+#pragma unroll
+          for (int h = 0; h < H4; ++h) {
+            const uint4 x4 = *reinterpret_cast<const uint4*>(xs + Sl::at(h, row, u));
+            const uint32_t xw[4] = {x4.x, x4.y, x4.z, x4.w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const double x0 = bf_lo(xw[e]), x1 = bf_hi(xw[e]);
+              ss = fma(x0, x0, ss), ss = fma(x1, x1, ss);
+              gp[h] = fma(double(bf_lo(gw[e])), x0, gp[h]), gp[h] = fma(double(bf_hi(gw[e])), x1, gp[h]);
+            }
+          }
+        }
+#pragma unroll
+        for (int o = Sb::RowThreads / 2; o > 0; o >>= 1) {
+          ss += __shfl_xor_sync(~0u, ss, o);
+#pragma unroll
+          for (int h = 0; h < H4; ++h) gp[h] += __shfl_xor_sync(~0u, gp[h], o);
+        }
+        double v = ss;
+#pragma unroll
+        for (int h = 0; h < H4; ++h) v = j == 1 + h ? gp[h] : v;
+        if (n > 0) cluster_wait(), waited = true;
+        if (j < NC)
+          st_async(cluster_addr(gpart + ((n % 3) * kFusedCluster + rank) * NC + j, row), v,
+                   cluster_addr(rows_in + n % 3, row));
+      }
+      if (n >= 2) {
+        // c. Tile m = n - 2 from its ring stage, once every token's coefficients are in.
+        const int64_t m = n - 2;
+        mbar_wait<true>(coef_in + m % 3, unsigned(m / 3) & 1);
+        const unsigned char* xs = ring + size_t(m % kFbStages) * Sb::StageBytes;
+        const float* cs = scoef + (m % 3) * kFusedTM * CW;
+#pragma unroll 2
+        for (int rr = 0; rr < Sb::Rows; ++rr) {
+          const int row = group * Sb::Rows + rr;
+          const int64_t t = tile_of(m) * kFusedTM + row;
+          const uint4 x4 = *reinterpret_cast<const uint4*>(xs + Sl::at(uh, row, uu));
+          const uint4 g4 = *reinterpret_cast<const uint4*>(xs + Sb::XBytes + Sl::at(0, row, uu));
+          const uint32_t xw[4] = {x4.x, x4.y, x4.z, x4.w}, gw[4] = {g4.x, g4.y, g4.z, g4.w};
+          const float* cf = cs + row * CW;
+          float cm[MP];
+#pragma unroll
+          for (int q = 0; q < MP; ++q) cm[q] = cf[q];
+          const float c = cf[MP], ph = cf[MP + 1 + uh];
+          float o[8];
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            const float xv = e & 1 ? bf_hi(xw[e / 2]) : bf_lo(xw[e / 2]);
+            const float gv = e & 1 ? bf_hi(gw[e / 2]) : bf_lo(gw[e / 2]);
+            // mix_bwd_dx_dfn's expression, for its bits
+            float s0 = cm[0] * f[0][e], s1 = cm[1] * f[1][e];
+#pragma unroll
+            for (int q = 2; q < MP; q += 2) s0 = fmaf(cm[q], f[q][e], s0), s1 = fmaf(cm[q + 1], f[q + 1][e], s1);
+            const float s = fmaf(-c, xv, s0 + s1);
+            o[e] = fmaf(ph, gv, s);
+#pragma unroll
+            for (int q = 0; q < MP; ++q) acc[q][e] = fmaf(cm[q], xv, acc[q][e]);
+          }
+          if (t < a.tokens) Vec<bf16, 8>::store16(fa.gx + t * K + kcol, o);
+        }
+        named_bar_sync(1, 32 * kFbWarps);  // every compute thread is past its reads of stage m % S and slot m % 3
+        if (tid == 0) {
+          mbar_expect_bytes(coef_in + m % 3, kCoefBytes);
+          if (m + kFbStages < my_tiles) issue_tile(tile_of(m + kFbStages), int(m % kFbStages));
+        }
+      }
+      if (!waited) cluster_wait();
+      cluster_arrive_relaxed();  // X(n)
+    } else {
+      if (n > 0) cluster_wait();
+      cluster_arrive_relaxed();  // X(n), before the work below: see the note at the top
+      if (n < 1 || n > my_tiles) continue;
+      // b. Token `rank` of tile m = n - 1: its mixes are loaded before the wait for its sums.
+      const int64_t m = n - 1;
+      const int64_t t = tile_of(m) * kFusedTM + rank;
+      const bool live = t < a.tokens;
+      const float mix = live && lane < a.H ? a.mixes[t * a.H + lane] : 0.f;
+      mbar_wait<true>(rows_in + m % 3, unsigned(m / 3) & 1);
+      if (lane == 0) mbar_expect_bytes(rows_in + m % 3, kRowBytes);
+      double red = 0;
+      if (lane < NC)
+        for (int c = 0; c < kFusedCluster; ++c) red += gpart[((m % 3) * kFusedCluster + c) * NC + lane];
+      float cf;
+      double gg;
+      Kind::bwd_token_warp(red, mix, gate_base, gate_scale, K, a.rms_eps, a.hc_eps, a.H, cf, gg);
+      if (!live) cf = 0.f;  // the tile's rows past the last token: zeros (x is zero there too)
+      float* dst = scoef + (m % 3) * kFusedTM * CW + rank * CW;
+#pragma unroll
+      for (int i = lane; i < kFusedCluster * CW; i += 32) {  // CTA i / CW, entry i % CW (from lane i % CW)
+        const float v = __shfl_sync(~0u, cf, i % CW);
+        st_async(cluster_addr(dst + i % CW, i / CW), v, cluster_addr(coef_in + m % 3, i / CW));
+      }
+      if (live && lane < Kind::GW) a.gate[t * Kind::GW + lane] = gg;
+    }
+  }
+  cluster_wait();
+  if (warp < kFbWarps) {
+    float* p = fa.part + (int64_t(cluster_id) * Sb::Groups + group) * a.M * K + kcol;
+#pragma unroll
+    for (int m = 0; m < MP; ++m)
+      if (m < a.M) {
+        *reinterpret_cast<float4*>(p + int64_t(m) * K) = make_float4(acc[m][0], acc[m][1], acc[m][2], acc[m][3]);
+        *reinterpret_cast<float4*>(p + int64_t(m) * K + 4) = make_float4(acc[m][4], acc[m][5], acc[m][6], acc[m][7]);
+      }
+  }
+}
+
 __global__ void __launch_bounds__(256) sum_splits_kernel(const float* __restrict__ part, float* __restrict__ out,
                                                          int64_t n, int splits) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
@@ -2182,17 +2457,18 @@ namespace {
 struct FusedLaunch {
   cudaLaunchConfig_t cfg{};
   cudaLaunchAttribute attr{};
-  FusedLaunch(int clusters, size_t smem, cudaStream_t stream) {
+  FusedLaunch(int clusters, size_t smem, cudaStream_t stream, int threads = kFusedThreads) {
     attr.id = cudaLaunchAttributeClusterDimension;
     attr.val.clusterDim.x = kFusedCluster, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
-    cfg.gridDim = dim3(unsigned(clusters * kFusedCluster)), cfg.blockDim = dim3(kFusedThreads);
+    cfg.gridDim = dim3(unsigned(clusters * kFusedCluster)), cfg.blockDim = dim3(unsigned(threads));
     cfg.dynamicSmemBytes = smem, cfg.stream = stream, cfg.attrs = &attr, cfg.numAttrs = 1;
   }
   FusedLaunch(const FusedLaunch&) = delete;  // cfg points at attr
 };
 
-// x [tokens][H4][hidden] as the fused forward's 4-D tensor map (see the kernel's layout note) with its box.
-CUtensorMap fused_x_map(const void* x, int64_t tokens, int64_t hidden, int dc) {
+// x [tokens][streams][hidden] as the fused kernels' 4-D tensor map (see the forward's layout note) with its box: a
+// tile's slice of every stream (x: H4 streams; the backward's g_y: one).
+CUtensorMap fused_x_map(const void* x, int64_t tokens, int64_t hidden, int dc, int streams = H4) {
   static const auto encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found{};
@@ -2202,17 +2478,18 @@ CUtensorMap fused_x_map(const void* x, int64_t tokens, int64_t hidden, int dc) {
       fn = nullptr;
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
-  if (!encode) throw std::runtime_error("hc fused forward: the driver has no cuTensorMapEncodeTiled");
+  if (!encode) throw std::runtime_error("hc fused kernels: the driver has no cuTensorMapEncodeTiled");
   CUtensorMap map;
   // [stream][hidden / 64][token][64]: strides (bytes) of dims 1-3 are token, chunk, stream.
-  const cuuint64_t dims[4] = {64, cuuint64_t(tokens), cuuint64_t(hidden / 64), cuuint64_t(H4)};
-  const cuuint64_t strides[3] = {cuuint64_t(H4 * hidden) * 2, 128, cuuint64_t(hidden) * 2};
-  const cuuint32_t box[4] = {64, cuuint32_t(kFusedTM), cuuint32_t(dc / 64), cuuint32_t(H4)}, step[4] = {1, 1, 1, 1};
+  const cuuint64_t dims[4] = {64, cuuint64_t(tokens), cuuint64_t(hidden / 64), cuuint64_t(streams)};
+  const cuuint64_t strides[3] = {cuuint64_t(streams * hidden) * 2, 128, cuuint64_t(hidden) * 2};
+  const cuuint32_t box[4] = {64, cuuint32_t(kFusedTM), cuuint32_t(dc / 64), cuuint32_t(streams)};
+  const cuuint32_t step[4] = {1, 1, 1, 1};
   const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(x), dims, strides, box, step,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
-    throw std::runtime_error("hc fused forward: cuTensorMapEncodeTiled failed (CUresult " + std::to_string(int(r)) +
+    throw std::runtime_error("hc fused kernels: cuTensorMapEncodeTiled failed (CUresult " + std::to_string(int(r)) +
                              ")");
   return map;
 }
@@ -2266,6 +2543,70 @@ void launch_mix_fused_fwd(MixKind kind, const void* x, const float* fn, const fl
     const FusedLaunch launch(clusters, mix_fused_smem_bytes<Kind::MP, BPW>(), stream);
     cudaLaunchKernelEx(&launch.cfg, mix_fused_fwd_kernel<Kind, BPW>, fused_x_map(x, tokens, hidden, FusedSlice<BPW>::Dc),
                        fn, fa);
+  });
+}
+
+namespace {
+
+// The fused backward: hc_head only (hc_pre's 24 mixes need grad_x on the tensor cores); false: not compiled.
+template <typename F>
+bool with_fused_bwd(MixKind kind, int64_t hidden, F&& f) {
+  if (kind != MixKind::head || (hidden != kFusedHidden && hidden != 2 * kFusedHidden)) return false;
+  if (hidden == kFusedHidden) f(HeadKind{}, std::integral_constant<int, 1>{});
+  else f(HeadKind{}, std::integral_constant<int, 2>{});
+  return true;
+}
+
+int mix_fused_bwd_clusters(MixKind kind, int64_t hidden) {
+  return once_per_device(std::make_pair(int(kind) + 2, hidden), [&] {
+    int n = 0;
+    with_fused_bwd(kind, hidden, [&](auto kind_tag, auto bpw) {
+      using Kind = decltype(kind_tag);
+      auto kernel = mix_fused_bwd_kernel<Kind, decltype(bpw)::value>;
+      const int smem = int(mix_fused_bwd_smem_bytes<Kind, decltype(bpw)::value>());
+      if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
+        return;
+      const FusedLaunch launch(1, size_t(smem), nullptr, kFbThreads);
+      if (cudaOccupancyMaxActiveClusters(&n, kernel, &launch.cfg) != cudaSuccess) n = 0;
+    });
+    return n;
+  });
+}
+
+}  // namespace
+
+bool mix_fused_bwd_fits(MixKind kind, Dtype dt, const void* x, const void* grad_y, const void* grad_x, int hc,
+                        int64_t hidden) {
+  return dt == Dtype::bf16 && hc == kMaxHc && aligned(x, 16) && aligned(grad_y, 16) && aligned(grad_x, 16) &&
+         mix_fused_bwd_clusters(kind, hidden) > 0;
+}
+
+int mix_fused_bwd_splits(MixKind kind, int64_t tokens, int64_t hidden) {
+  const int64_t tiles = (tokens + kFusedTM - 1) / kFusedTM;
+  const int clusters = int(std::min<int64_t>(tiles, mix_fused_bwd_clusters(kind, hidden)));
+  int groups = 0;
+  with_fused_bwd(kind, hidden, [&](auto, auto bpw) { groups = FusedBwdSlice<decltype(bpw)::value>::Groups; });
+  return clusters * groups;
+}
+
+void launch_mix_fused_bwd(MixKind kind, const void* x, const void* grad_y, const float* mixes, const float* fn,
+                          const float* base, const float* scale, double* gate_grads, void* grad_x, float* partial,
+                          int64_t tokens, int hc, int64_t hidden, MixConsts k, cudaStream_t stream) {
+  check_hc(hc);
+  if (tokens == 0) return;
+  const FusedBwdArgs fa{{mixes, nullptr, nullptr, nullptr, base, scale, nullptr, gate_grads, nullptr, tokens,
+                         int(hc * hidden), hc, mix_rows(kind, hc), k.hc_eps, k.rms_eps, k.post_mult, k.sinkhorn_iters},
+                        fn, static_cast<bf16*>(grad_x), partial};
+  const int64_t tiles = (tokens + kFusedTM - 1) / kFusedTM;
+  const int clusters = int(std::min<int64_t>(tiles, mix_fused_bwd_clusters(kind, hidden)));
+  with_fused_bwd(kind, hidden, [&](auto kind_tag, auto bpw) {
+    using Kind = decltype(kind_tag);
+    constexpr int BPW = decltype(bpw)::value;
+    const FusedLaunch launch(clusters, mix_fused_bwd_smem_bytes<Kind, BPW>(), stream, kFbThreads);
+    const int dc = FusedSlice<BPW>::Dc;
+    cudaLaunchKernelEx(&launch.cfg, mix_fused_bwd_kernel<Kind, BPW>, fused_x_map(x, tokens, hidden, dc),
+                       fused_x_map(grad_y, tokens, hidden, dc, 1), fa);
   });
 }
 
