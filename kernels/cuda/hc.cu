@@ -657,11 +657,7 @@ struct MixLayout {
 // alone showed as tens of ULP there. sigmoid'(z) = s (1 - s) is evaluated in fp64 from the fp32 mix.
 __device__ __forceinline__ double sigmoid64(double z) { return 1.0 / (1.0 + exp(-z)); }
 
-// The pre gate's backward, the same in both kinds: pre_h = sigmoid(mix_h * s + base_h) + eps, with d loss / d pre_h =
-// rd[1 + h] = <g_y, x_h> (from mix_bwd_reduce). Writes d loss / d logit_h to gg[h], r * d loss / d mix_h to cf[h] and
-// pre_h to cf[MP + 1 + h] (zero for h >= H, and with ZeroPast also cf[h] and gg[h]); adds g_mix_h * mix_h to `dot`
-// and returns the scale's term sum_h gz_h * mix_h.
-// One stream's share: the loop body below, and a lane's in mix_fused_bwd (HeadKind::bwd_token_warp).
+// One stream's share: pre_gate_backward's loop body, and a lane's in mix_fused_bwd (HeadKind::bwd_token_warp).
 struct PreGateGrad {
   double m, gz, gm;  // the mix, d loss / d logit, d loss / d mix
   float cf, pre;     // r * d loss / d mix; the forward's pre, bit for bit
@@ -684,6 +680,10 @@ __device__ __forceinline__ void pre_gate_sums(double gz, double m, double gm, do
   dot += gm * m;
 }
 
+// The pre gate's backward, the same in both kinds: pre_h = sigmoid(mix_h * s + base_h) + eps, with d loss / d pre_h =
+// rd[1 + h] = <g_y, x_h> (from mix_bwd_reduce). Writes d loss / d logit_h to gg[h], r * d loss / d mix_h to cf[h] and
+// pre_h to cf[MP + 1 + h] (zero for h >= H, and with ZeroPast also cf[h] and gg[h]); adds g_mix_h * mix_h to `dot`
+// and returns the scale's term sum_h gz_h * mix_h.
 template <int MP, bool ZeroPast>
 __device__ __forceinline__ double pre_gate_backward(const float* mix, const double* rd, const float* base, float s,
                                                     float r, float hc_eps, int H, float* cf, double* gg, double& dot) {
@@ -1654,6 +1654,22 @@ __global__ void __launch_bounds__(128) mix_bwd_token_kernel(MixBwdTokenArgs a) {
 // FFMA floor is ~0.45 ms: 2 x 24 multiply-adds per element; what remains is latency, see the report).
 constexpr int kDxThreads = 128;
 
+// Element e of a thread's columns for one token: grad_x (returned, fp32, rounded once by the caller's store) and the
+// grad_fn sums' step; cm: the token's coefficients r g_mix, c and ph its x and g_y coefficients. mix_bwd_dx_dfn and
+// mix_fused_bwd both, so that hc_head's two paths give the same grad_x bits.
+template <int MP, int V>
+__device__ __forceinline__ float dx_element(const float (&cm)[MP], const float (&f)[MP][V], float (&acc)[MP][V], int e,
+                                            float c, float ph, float xv, float gv) {
+  // Two interleaved partial sums over m halve the dependent FMA chain (it bounds the per-token latency).
+  float s0 = cm[0] * f[0][e], s1 = cm[1] * f[1][e];
+#pragma unroll
+  for (int m = 2; m < MP; m += 2) s0 = fmaf(cm[m], f[m][e], s0), s1 = fmaf(cm[m + 1], f[m + 1][e], s1);
+  const float o = fmaf(ph, gv, fmaf(-c, xv, s0 + s1));
+#pragma unroll
+  for (int m = 0; m < MP; ++m) acc[m][e] = fmaf(cm[m], xv, acc[m][e]);
+  return o;
+}
+
 // KV stream elements as loaded (packed), unpacked to fp32 when used.
 template <typename T, int KV>
 struct Raw;
@@ -1775,16 +1791,7 @@ __global__ void __launch_bounds__(kDxThreads, 3)
       }
       const float c = cf[MP], ph = cf[MP + 1 + h];
 #pragma unroll
-      for (int e = 0; e < KV; ++e) {
-        // Two interleaved partial sums over m halve the dependent FMA chain (it bounds the per-token latency).
-        float s0 = cm[0] * f[0][e], s1 = cm[1] * f[1][e];
-#pragma unroll
-        for (int m = 2; m < MP; m += 2) s0 = fmaf(cm[m], f[m][e], s0), s1 = fmaf(cm[m + 1], f[m + 1][e], s1);
-        const float s = fmaf(-c, xv[e], s0 + s1);
-        o[e] = fmaf(ph, gv[e], s);
-#pragma unroll
-        for (int m = 0; m < MP; ++m) acc[m][e] = fmaf(cm[m], xv[e], acc[m][e]);
-      }
+      for (int e = 0; e < KV; ++e) o[e] = dx_element(cm, f, acc, e, c, ph, xv[e], gv[e]);
       Vec<T, KV>::store(gxp + int64_t(u) * K, o);
     };
     const int n = tile_tokens(i);
@@ -2201,18 +2208,9 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
           const float c = cf[MP], ph = cf[MP + 1 + uh];
           float o[8];
 #pragma unroll
-          for (int e = 0; e < 8; ++e) {
-            const float xv = e & 1 ? bf_hi(xw[e / 2]) : bf_lo(xw[e / 2]);
-            const float gv = e & 1 ? bf_hi(gw[e / 2]) : bf_lo(gw[e / 2]);
-            // mix_bwd_dx_dfn's expression, for its bits
-            float s0 = cm[0] * f[0][e], s1 = cm[1] * f[1][e];
-#pragma unroll
-            for (int q = 2; q < MP; q += 2) s0 = fmaf(cm[q], f[q][e], s0), s1 = fmaf(cm[q + 1], f[q + 1][e], s1);
-            const float s = fmaf(-c, xv, s0 + s1);
-            o[e] = fmaf(ph, gv, s);
-#pragma unroll
-            for (int q = 0; q < MP; ++q) acc[q][e] = fmaf(cm[q], xv, acc[q][e]);
-          }
+          for (int e = 0; e < 8; ++e)
+            o[e] = dx_element(cm, f, acc, e, c, ph, e & 1 ? bf_hi(xw[e / 2]) : bf_lo(xw[e / 2]),
+                              e & 1 ? bf_hi(gw[e / 2]) : bf_lo(gw[e / 2]));
           if (t < a.tokens) Vec<bf16, 8>::store16(fa.gx + t * K + kcol, o);
         }
         named_bar_sync(1, 32 * kFbWarps);  // every compute thread is past its reads of stage m % S and slot m % 3
@@ -2558,7 +2556,7 @@ bool with_fused_bwd(MixKind kind, int64_t hidden, F&& f) {
 }
 
 int mix_fused_bwd_clusters(MixKind kind, int64_t hidden) {
-  return once_per_device(std::make_pair(int(kind) + 2, hidden), [&] {
+  return once_per_device(std::make_pair(int(kind), hidden), [&] {
     int n = 0;
     with_fused_bwd(kind, hidden, [&](auto kind_tag, auto bpw) {
       using Kind = decltype(kind_tag);
