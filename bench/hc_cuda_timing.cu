@@ -227,6 +227,11 @@ int main(int argc, char** argv) {
                           if (p) kc::launch_mix_post_comb(mixes, base, scale, post, comb, T, H, k, s);
                         }),
                         fwd_bytes});
+      if (p)  // the Sinkhorn's share of the fused forward: it reads the mixes the fused kernel wrote
+        rows.push_back({op + " fwd: post_comb", time_ms([&] {
+                          kc::launch_mix_post_comb(mixes, base, scale, post, comb, T, H, k, s);
+                        }),
+                        T * (M + 2 * H + H * H) * 4.0});
       if (kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, x, y, H, D)) {
         // What the fused forward wrote, hashed: a change to the kernel that keeps its results prints the same hash.
         kc::launch_mix_fused_fwd(kind, x, fn, base, scale, mixes, pre, y, T, H, D, k, s);

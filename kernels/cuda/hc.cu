@@ -407,19 +407,43 @@ __device__ __forceinline__ auto& elem(M& c, int line, int k) {
 constexpr uint32_t kDivideLo = (127u - 60) << 23, kDivideHi = (127u + 60) << 23;  // the bits of 2^-60 and 2^60
 __device__ __forceinline__ uint32_t magnitude_bits(float x) { return __float_as_uint(x) & 0x7fffffffu; }
 
-// elem<ByColumn>(c, l, k) /= den[l] for l, k < H.
+// v[0] = min (Max: max) of v[0, N), pairwise: the range check below is on the chain of every normalisation, where a
+// running min over the matrix (nvcc: ten chained VIMNMX3) outlasted the quotients it guards.
+template <bool Max, int N>
+__device__ __forceinline__ uint32_t fold_tree(uint32_t (&v)[N]) {
+#pragma unroll
+  for (int s = 1; s < N; s *= 2)
+#pragma unroll
+    for (int i = 0; i + s < N; i += 2 * s) v[i] = Max ? max(v[i], v[i + s]) : min(v[i], v[i + s]);
+  return v[0];
+}
+
+// elem<ByColumn>(c, l, k) /= den[l] for l, k < H. The elements' range is folded while the line sums are still being
+// formed; the denominators join it last.
 template <bool ByColumn>
 __device__ __forceinline__ void divide_lines(Mat& c, const float (&den)[H4], int H) {
-  float r[H4];
-  uint32_t lo = ~0u, hi = 0;
+  uint32_t lo[H4 * H4 + H4], hi[H4 * H4 + H4];  // unused entries neutral
 #pragma unroll
   for (int l = 0; l < H4; ++l)
+#pragma unroll
+    for (int k = 0; k < H4; ++k) {
+      const bool in = l < H && k < H;
+      lo[l * H4 + k] = in ? magnitude_bits(elem<ByColumn>(c, l, k)) : ~0u;
+      hi[l * H4 + k] = in ? magnitude_bits(elem<ByColumn>(c, l, k)) : 0u;
+    }
+  uint32_t* lo_den = lo + H4 * H4;
+  uint32_t* hi_den = hi + H4 * H4;
+  float r[H4];
+#pragma unroll
+  for (int l = 0; l < H4; ++l) {
+    lo_den[l] = l < H ? magnitude_bits(den[l]) : ~0u;
+    hi_den[l] = l < H ? magnitude_bits(den[l]) : 0u;
     if (l < H) {
       float r0;
       asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r0) : "f"(den[l]));
       r[l] = fmaf(r0, fmaf(-den[l], r0, 1.f), r0);
-      lo = min(lo, magnitude_bits(den[l])), hi = max(hi, magnitude_bits(den[l]));
     }
+  }
   Mat q;
 #pragma unroll
   for (int l = 0; l < H4; ++l)
@@ -427,11 +451,11 @@ __device__ __forceinline__ void divide_lines(Mat& c, const float (&den)[H4], int
     for (int k = 0; k < H4; ++k)
       if (l < H && k < H) {
         const float a = elem<ByColumn>(c, l, k);
-        lo = min(lo, magnitude_bits(a)), hi = max(hi, magnitude_bits(a));
         const float q0 = __fmul_rn(a, r[l]);
         elem<ByColumn>(q, l, k) = fmaf(r[l], fmaf(-den[l], q0, a), q0);
       }
-  if (lo >= kDivideLo && hi <= kDivideHi) {
+  // One branch: with && nvcc branched on the min before folding the max.
+  if ((fold_tree<false>(lo) >= kDivideLo) & (fold_tree<true>(hi) <= kDivideHi)) {
 #pragma unroll
     for (int l = 0; l < H4; ++l)
 #pragma unroll
