@@ -1493,16 +1493,19 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
 
   // One cluster barrier X(n) per tile, waited for one tile late: its arrive ends iteration n, its wait comes after
   // the multiply of tile n+1, so the barrier completes while the tensor cores work. After the wait of X(n-1) the
-  // lower half sums tile n's partial rows and sends them; warp kFusedWarps / 2 finishes tile n-1's token (once its
-  // partial rows are in) and sends its pre; the rest of the upper half collapses tile n-2 (once its pre is in). The
+  // summing warps (0 .. kFinisher - 1) sum tile n's partial rows and send them; warp kFinisher finishes tile n-1's
+  // token (once its partial rows are in) and sends its pre; the upper half collapses tile n-2 (once its pre is in). The
   // data arrive by st.async, counted by the mbarriers rows_in and pre_in; X orders only the reuse of their slots:
   // gpart alternates (slot n & 1 was last read by the finisher of n-2, before X(n-1)); spre has three slots (slot
   // (n-1) % 3 was last read by the collapse of n-4, before X(n-1)); ring stage n % S is refilled (with tile n + S)
   // by the collapse warps once they have all collapsed n. No barrier opens a tile: a warp multiplies as soon as the
   // tile has landed (the upper half ahead, from its own work on the tile before), and only the partials' buffer
-  // makes every warp meet once per tile, before its stores (barrier 1 then lets the lower half, which sums them, wait
-  // for all stores while the upper half goes on).
-  constexpr int kFinisher = kFusedWarps / 2, kCollapseFirst = 32 * (kFinisher + 1);
+  // makes every warp meet once per tile, before its stores (barrier 1 then lets the summing warps wait for all stores
+  // while the others go on). The finisher is the lower half's last warp so that the collapse has the upper half's 256
+  // threads, two of a tile's 512 items each (with 224, a third round for 64 of them kept the rest at barrier 2; H100,
+  // V4 dims: ncu put 3.4% of hc_pre's stall samples there); the 7 summing warps still take at most two of hc_pre's 400
+  // sums each.
+  constexpr int kFinisher = kFusedWarps / 2 - 1, kSumThreads = 32 * kFinisher, kCollapseFirst = 32 * (kFinisher + 1);
   constexpr int kCollapseCount = kFusedThreads - kCollapseFirst;
   for (int64_t n = 0; n < my_tiles; ++n) {
     mbar_wait(landed + n % kFusedStages, unsigned(n / kFusedStages) & 1);  // tile n has landed
@@ -1544,7 +1547,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
 #pragma unroll
     for (int o = 1; o <= 2; o <<= 1) sl += __shfl_xor_sync(~0u, sl, o), sh += __shfl_xor_sync(~0u, sh, o);
     if (q == 0) wss[warp * kFusedTM + g] = sl, wss[warp * kFusedTM + g + 8] = sh;
-    if (tid < kFusedThreads / 2)  // the lower half, which sums them, waits for all; the upper half goes on
+    if (tid < kSumThreads)  // the summing warps wait for all; the others go on
       named_bar_sync(1, kFusedThreads);
     else
       named_bar_arrive(1, kFusedThreads);
@@ -1552,8 +1555,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
     // 2a. Warps in order, in fp64: this CTA's partial row of token `row`, sent to CTA `row` (remote stores do not
     // wait; remote loads the other way round cost latency and registers).
     static_assert(kFusedTM == kFusedCluster, "CTA r finishes token r of the tile");
-    if (tid < kFusedThreads / 2) {
-      for (int v = tid; v < kFusedTM * NC; v += kFusedThreads / 2) {
+    if (tid < kSumThreads) {
+      for (int v = tid; v < kFusedTM * NC; v += kSumThreads) {
         const int row = v / NC, col = v % NC;
         double sum = 0;
 #pragma unroll  // every load ahead of the chain of adds (unrolled by 4: hc_pre 0.352 -> 0.327 ms, the same bits)
