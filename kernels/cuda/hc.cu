@@ -54,7 +54,9 @@ percentages are one-pass bytes over time, against the copy rate):
   hc_pre  fwd 0.658 ms (34%: mix_fused_fwd, x read once; it was 0.712 ms = mix_fwd 0.486 FFMA-bound + collapse 0.232);
           0.556 ms (40%) with the Sinkhorn of mix_post_comb on divide_lines (0.579 before, A/B as below); 0.456 ms
           (49.5%) with x by TMA and A fragments by ldmatrix (bench/hc_ab.sh, 3 runs each); 0.348 ms (65%) with the
-          cluster's data by st.async and no barrier at the top of a tile (`parity run --perf`: 0.339 ms, 66%)
+          cluster's data by st.async and no barrier at the top of a tile (`parity run --perf`: 0.339 ms, 66%); the
+          cross-warp sums unrolled 0.327 ms (69%); mix_post_comb's range check as a tree 0.0193 -> 0.0163 ms and the
+          collapse on 256 threads: 0.314 ms (72%; bench/hc_ab.sh, 3 runs each, same bits)
   hc_pre  bwd 1.498 ms (27%: reduce 0.227 = 99%, token 0.108, dx_dfn 1.151, sums 0.020); with dx_dfn on the tensor
           cores (mix_bwd_dx_dfn_mma) 0.839 ms (48%: dx_dfn 1.094 -> 0.488 ms, 84% of the copy rate on its own bytes;
           A/B in one process, bench/hc_ab.sh, 3 runs each); with divide_lines and hc a template parameter of the
@@ -1211,8 +1213,15 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 // per cross-warp sum over both halves (x1.12), the finisher warp collapsing too (x1.13), FFMA in the collapse (the
 // same time): neither half has slack for the other's work. clock64 per phase (H100, hc_head, ~2770 clock cycles a
 // tile): the lower half's sums ~1000 a round, the finisher's token ~1800, the collapse ~1750; the cross-warp sums'
-// loads all ahead of their adds (full unroll): hc_pre 0.352 -> 0.327 ms. Next: the finisher's and the sums' latency
-// chains, and fewer instructions in the multiply (37%: the split3 chains).
+// loads all ahead of their adds (full unroll): hc_pre 0.352 -> 0.327 ms. The collapse on the upper half's 256 threads
+// (see the loop): 0.323 -> 0.314 ms with mix_post_comb. Then (ncu, hc_pre, before that): the multiply's section holds
+// 53% of the warps' stall samples (fixed-latency waits between the chained HMMAs, which 128 registers with fn's 72
+// leave the compiler no room to interleave, and the tile's one __syncthreads), the collapse 12%, the cross-warp sums
+// 13%, the finisher ~2%. Tried and dropped (bench/hc_ab.sh, no faster, same bits on the timing's data): the
+// finisher's CTA sums pairwise (4 DADDs deep, not 16: x0.998) and its global stores after its arrive (x1.009). A
+// summing warp spinning 400 / 900 clock cycles a tile slowed hc_pre x1.033 / x1.047: no warp has slack left for
+// mix_post_comb's Sinkhorn (~3000 instructions a token), so it stays a kernel of its own. Next: the multiply itself
+// (wgmma on 64-token tiles, fn's terms in shared memory), which this layout has no room for.
 // A stage is one TMA box as it lands: x viewed as [stream][hidden / 64][token][64] (4-D tensor map, strides in any
 // order), box (64, 16 tokens, Dc / 64, H), 128-byte swizzle: the 16 tokens of a 64-element chunk are 16 lines of
 // 128 bytes, unit u of line r at u ^ (r % 8) (FusedSlice::at). ldmatrix then reads the multiply's A fragments (8 rows
