@@ -1220,7 +1220,8 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 // 13%, the finisher ~2%. Tried and dropped (bench/hc_ab.sh, no faster, same bits on the timing's data): the
 // finisher's CTA sums pairwise (4 DADDs deep, not 16: x0.998) and its global stores after its arrive (x1.009). A
 // summing warp spinning 400 / 900 clock cycles a tile slowed hc_pre x1.033 / x1.047: no warp has slack left for
-// mix_post_comb's Sinkhorn (~3000 instructions a token), so it stays a kernel of its own. Next: the multiply itself
+// mix_post_comb's Sinkhorn (~3000 instructions a token), so it stays a kernel of its own (and a plain launch: as a
+// programmatic dependent launch, its blocks waiting beside this kernel, hc_pre took x1.09). Next: the multiply itself
 // (wgmma on 64-token tiles, fn's terms in shared memory), which this layout has no room for.
 // A stage is one TMA box as it lands: x viewed as [stream][hidden / 64][token][64] (4-D tensor map, strides in any
 // order), box (64, 16 tokens, Dc / 64, H), 128-byte swizzle: the 16 tokens of a 64-element chunk are 16 lines of
