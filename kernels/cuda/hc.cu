@@ -1238,6 +1238,10 @@ template <int MP>
 struct FusedTile {
   static constexpr int NT = (MP + 7) / 8;  // n-tiles of 8 mixes
   static constexpr int NC = 8 * NT + 1;    // partial row: the mixes' dot products, then the sum of squares
+  // Slots of warp partials: with two (tile n in slot n & 1) no barrier of the whole CTA opens a tile (see the loop).
+  // hc_head's 8 KB a slot fit beside the ring; hc_pre's 24 KB would cost a ring stage, and with five stages and two
+  // slots it was slower (H100, V4 dims, bench/hc_ab.sh: x1.031 / x1.038 in two calls; hc_head x0.980 / x0.981).
+  static constexpr int Slots = NT > 1 ? 1 : 2;
 };
 
 template <int BPW>
@@ -1262,8 +1266,8 @@ template <int MP, int BPW>
 constexpr size_t mix_fused_smem_bytes() {
   using Tl = FusedTile<MP>;
   return size_t(kFusedStages) * FusedSlice<BPW>::StageBytes     // x ring
-         + size_t(kFusedWarps) * kFusedTM * 8 * Tl::NT * 4       // warp partials of the dots (fp32)
-         + size_t(kFusedWarps) * kFusedTM * 8                    // warp partials of the sum of squares (fp64)
+         + size_t(Tl::Slots) * kFusedWarps * kFusedTM * 8 * Tl::NT * 4  // warp partials of the dots (fp32)
+         + size_t(Tl::Slots) * kFusedWarps * kFusedTM * 8               // warp partials of the sum of squares (fp64)
          + size_t(2) * kFusedCluster * Tl::NC * 8                // every CTA's partial row of token `rank` (fp64), x2
          + size_t(3) * kFusedTM * H4 * 4                         // pre of the tile's tokens, three tiles
          + size_t(kFusedStages + 2 + 3) * 8;                     // mbarriers: ring stages, gpart and spre slots
@@ -1381,9 +1385,10 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
 
   extern __shared__ __align__(1024) unsigned char fused_smem[];  // 128-byte-swizzled TMA destinations: 1024-aligned
   unsigned char* ring = fused_smem;
-  float* wdot = reinterpret_cast<float*>(ring + size_t(kFusedStages) * Sl::StageBytes);  // [warp][row][8 NT]
-  double* wss = reinterpret_cast<double*>(wdot + kFusedWarps * kFusedTM * 8 * NT);        // [warp][row]
-  double* gpart = wss + kFusedWarps * kFusedTM;                                           // [2][CTA][NC]
+  constexpr int Slots = Tl::Slots;
+  float* wdot = reinterpret_cast<float*>(ring + size_t(kFusedStages) * Sl::StageBytes);  // [slot][warp][row][8 NT]
+  double* wss = reinterpret_cast<double*>(wdot + Slots * kFusedWarps * kFusedTM * 8 * NT);  // [slot][warp][row]
+  double* gpart = wss + Slots * kFusedWarps * kFusedTM;                                     // [2][CTA][NC]
   float* spre = reinterpret_cast<float*>(gpart + 2 * kFusedCluster * NC);                 // [3][row][H4]
   uint64_t* landed = reinterpret_cast<uint64_t*>(spre + 3 * kFusedTM * H4);               // [stage]
   uint64_t* rows_in = landed + kFusedStages;  // [2]: gpart's slot has every CTA's partial row (st.async bytes)
@@ -1509,9 +1514,9 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
   // gpart alternates (slot n & 1 was last read by the finisher of n-2, before X(n-1)); spre has three slots (slot
   // (n-1) % 3 was last read by the collapse of n-4, before X(n-1)); ring stage n % S is refilled (with tile n + S)
   // by the collapse warps once they have all collapsed n. No barrier opens a tile: a warp multiplies as soon as the
-  // tile has landed (the upper half ahead, from its own work on the tile before), and only the partials' buffer
-  // makes every warp meet once per tile, before its stores (barrier 1 then lets the summing warps wait for all stores
-  // while the others go on). The finisher is the lower half's last warp so that the collapse has the upper half's 256
+  // tile has landed (the upper half ahead, from its own work on the tile before), and only hc_pre's single slot of
+  // partials makes every warp meet once per tile, before its stores (FusedTile::Slots; barrier 1 or 3 then lets the
+  // summing warps wait for all stores while the others go on). The finisher is the lower half's last warp so that the collapse has the upper half's 256
   // threads, two of a tile's 512 items each (with 224, a third round for 64 of them kept the rest at barrier 2; H100,
   // V4 dims: ncu put 3.4% of hc_pre's stall samples there); the 7 summing warps still take at most two of hc_pre's 400
   // sums each.
@@ -1546,21 +1551,28 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
         ss_hi = fmaf(bf_lo(w8[e]), bf_lo(w8[e]), ss_hi), ss_hi = fmaf(bf_hi(w8[e]), bf_hi(w8[e]), ss_hi);
       }
     }
-    __syncthreads();  // every warp's partials of tile n-1 have been summed
+    // Tile n's partials go to slot n % Slots. With one slot, every warp waits until the sums of tile n-1 have read
+    // it. With two, slot n & 1 was last read by the sums of tile n-2, and every warp here is past X(n-2), which every
+    // summing thread arrived at after those reads; barrier 1 or 3 (by n & 1) gathers the partials, since a warp may
+    // arrive for tile n+1 before a summing warp has met the barrier of tile n (not, past the same X, for tile n+2).
+    const int slot = int(n % Slots), gathered = 1 + 2 * slot;
+    if constexpr (Slots == 1) __syncthreads();
+    float* const wd = wdot + slot * kFusedWarps * kFusedTM * 8 * NT;
+    double* const ws = wss + slot * kFusedWarps * kFusedTM;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-      float* w = wdot + (warp * kFusedTM) * 8 * NT + nt * 8 + 2 * q;
+      float* w = wd + (warp * kFusedTM) * 8 * NT + nt * 8 + 2 * q;
       w[g * 8 * NT] = acc[nt][0], w[g * 8 * NT + 1] = acc[nt][1];
       w[(g + 8) * 8 * NT] = acc[nt][2], w[(g + 8) * 8 * NT + 1] = acc[nt][3];
     }
     double sl = ss_lo, sh = ss_hi;
 #pragma unroll
     for (int o = 1; o <= 2; o <<= 1) sl += __shfl_xor_sync(~0u, sl, o), sh += __shfl_xor_sync(~0u, sh, o);
-    if (q == 0) wss[warp * kFusedTM + g] = sl, wss[warp * kFusedTM + g + 8] = sh;
+    if (q == 0) ws[warp * kFusedTM + g] = sl, ws[warp * kFusedTM + g + 8] = sh;
     if (tid < kSumThreads)  // the summing warps wait for all; the others go on
-      named_bar_sync(1, kFusedThreads);
+      named_bar_sync(gathered, kFusedThreads);
     else
-      named_bar_arrive(1, kFusedThreads);
+      named_bar_arrive(gathered, kFusedThreads);
     if (n > 0) cluster_wait();  // X(n-1): every CTA is past its reads of the slots written next
     // 2a. Warps in order, in fp64: this CTA's partial row of token `row`, sent to CTA `row` (remote stores do not
     // wait; remote loads the other way round cost latency and registers).
@@ -1571,7 +1583,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
         double sum = 0;
 #pragma unroll  // every load ahead of the chain of adds (unrolled by 4: hc_pre 0.352 -> 0.327 ms, the same bits)
         for (int w = 0; w < kFusedWarps; ++w)
-          sum += col < 8 * NT ? double(wdot[(w * kFusedTM + row) * 8 * NT + col]) : wss[w * kFusedTM + row];
+          sum += col < 8 * NT ? double(wd[(w * kFusedTM + row) * 8 * NT + col]) : ws[w * kFusedTM + row];
         st_async(cluster_addr(gpart + ((n & 1) * kFusedCluster + rank) * NC + col, row), sum,
                  cluster_addr(rows_in + (n & 1), row));
       }
