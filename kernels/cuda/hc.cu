@@ -56,14 +56,16 @@ percentages are one-pass bytes over time, against the copy rate):
           (49.5%) with x by TMA and A fragments by ldmatrix (bench/hc_ab.sh, 3 runs each); 0.348 ms (65%) with the
           cluster's data by st.async and no barrier at the top of a tile (`parity run --perf`: 0.339 ms, 66%); the
           cross-warp sums unrolled 0.327 ms (69%); mix_post_comb's range check as a tree 0.0193 -> 0.0163 ms and the
-          collapse on 256 threads: 0.314 ms (72%; bench/hc_ab.sh, 3 runs each, same bits)
+          collapse on 256 threads: 0.314 ms (72%; bench/hc_ab.sh, 3 runs each, same bits; `parity run --perf`
+          0.311 ms, 72.5%)
   hc_pre  bwd 1.498 ms (27%: reduce 0.227 = 99%, token 0.108, dx_dfn 1.151, sums 0.020); with dx_dfn on the tensor
           cores (mix_bwd_dx_dfn_mma) 0.839 ms (48%: dx_dfn 1.094 -> 0.488 ms, 84% of the copy rate on its own bytes;
           A/B in one process, bench/hc_ab.sh, 3 runs each); with divide_lines and hc a template parameter of the
           token kernel 0.795 ms (51%: token 0.113 -> 0.067 ms; 0.099 -> 0.043 at 257 tokens, a single thread's chain);
           with the Sinkhorn backward beside the reduce 0.780 ms (52%)
   hc_head fwd 0.453 ms (50%), fused with TMA + ldmatrix 0.358 ms (62%), st.async 0.258 ms (87%; `parity run
-          --perf` 0.243 ms, 92%); bwd 0.782 ms (52%: dx_dfn 0.539 = 75%), in one pass (mix_fused_bwd) 0.464 ms
+          --perf` 0.243 ms, 92%), two slots of warp partials 0.241 -> 0.237 (`parity run --perf` 0.238 ms, 94%);
+          bwd 0.782 ms (52%: dx_dfn 0.539 = 75%), in one pass (mix_fused_bwd) 0.464 ms
           (87%; the two-pass 0.726 ms in the same run; 0.776 ms with the gate backward serial on the finisher's
           lane 0, where ncu put 35% of the compute warps' stall samples on the wait for the coefficient rows)
   PyTorch eager (HF composition, same run kind): hc_post fwd 6.13 ms, fwd+bwd 13.2; hc_pre fwd 5.40, fwd+bwd 18.2;
