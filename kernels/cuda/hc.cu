@@ -1518,10 +1518,10 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
   // by the collapse warps once they have all collapsed n. No barrier opens a tile: a warp multiplies as soon as the
   // tile has landed (the upper half ahead, from its own work on the tile before), and only hc_pre's single slot of
   // partials makes every warp meet once per tile, before its stores (FusedTile::Slots; barrier 1 or 3 then lets the
-  // summing warps wait for all stores while the others go on). The finisher is the lower half's last warp so that the collapse has the upper half's 256
-  // threads, two of a tile's 512 items each (with 224, a third round for 64 of them kept the rest at barrier 2; H100,
-  // V4 dims: ncu put 3.4% of hc_pre's stall samples there); the 7 summing warps still take at most two of hc_pre's 400
-  // sums each.
+  // summing warps wait for all stores while the others go on). The finisher is the lower half's last warp so that
+  // the collapse has the upper half's 256 threads, two of a tile's 512 items each (with 224, a third round for 64 of
+  // them kept the rest at barrier 2; H100, V4 dims: ncu put 3.4% of hc_pre's stall samples there); the 7 summing
+  // warps still take at most two of hc_pre's 400 sums each.
   constexpr int kFinisher = kFusedWarps / 2 - 1, kSumThreads = 32 * kFinisher, kCollapseFirst = 32 * (kFinisher + 1);
   constexpr int kCollapseCount = kFusedThreads - kCollapseFirst;
   for (int64_t n = 0; n < my_tiles; ++n) {
