@@ -969,6 +969,11 @@ __device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier
 __device__ __forceinline__ void mbar_expect_bytes(uint64_t* bar, unsigned bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
 }
+// `n` mbarriers that st.async fills, each armed for its first tile (its bytes may come before the arrive: the phase
+// waits for both).
+__device__ __forceinline__ void arm_slots(uint64_t* bars, int n, unsigned bytes) {
+  for (int s = 0; s < n; ++s) mbar_init(bars + s, 1), mbar_expect_bytes(bars + s, bytes);
+}
 // Until the phase of the given parity has completed. Cluster: the bytes came from other CTAs (st.async), whose writes
 // the wait acquires at cluster scope; the tensor copies' need only the CTA's.
 #define PARITY_MBAR_WAIT(sem)                                                                                   \
@@ -1234,6 +1239,18 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 
 constexpr int kFusedCluster = 16, kFusedWarps = 16, kFusedTM = 16, kFusedStages = 6;
 constexpr int kFusedThreads = 32 * kFusedWarps;
+
+// The tiles of kFusedTM tokens one cluster of a fused kernel takes: its n-th is tile(n) = id + n * stride of the
+// launch, `count` of them.
+struct ClusterTiles {
+  int64_t id, stride, count;
+  __device__ explicit ClusterTiles(int64_t tokens)
+      : id(blockIdx.x / kFusedCluster), stride(gridDim.x / kFusedCluster) {
+    const int64_t tiles = (tokens + kFusedTM - 1) / kFusedTM;
+    count = id < tiles ? (tiles - id + stride - 1) / stride : 0;
+  }
+  __device__ int64_t tile(int64_t n) const { return id + n * stride; }
+};
 constexpr int kFusedHidden = 2048;  // hidden = BPW * kFusedHidden: each warp owns BPW blocks of 32 k
 
 template <int MP>
@@ -1382,8 +1399,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
   const int rank = int(cluster.block_rank());
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
   constexpr int D = BPW * kFusedHidden, K = H4 * D;
-  const int64_t tiles = (a.tokens + kFusedTM - 1) / kFusedTM;
-  const int64_t cluster_id = blockIdx.x / kFusedCluster, clusters = gridDim.x / kFusedCluster;
+  const ClusterTiles mine(a.tokens);
 
   extern __shared__ __align__(1024) unsigned char fused_smem[];  // 128-byte-swizzled TMA destinations: 1024-aligned
   unsigned char* ring = fused_smem;
@@ -1434,16 +1450,12 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
     tma_load_4d(ring + size_t(st) * Sl::StageBytes, &xmap, 0, int(tile * kFusedTM), rank * Sl::Chunks, 0, landed + st);
   };
 
-  // Tile n of this cluster is tile cluster_id + n * clusters of the launch.
-  const int64_t my_tiles = cluster_id < tiles ? (tiles - cluster_id + clusters - 1) / clusters : 0;
-  auto tile_of = [&](int64_t n) { return cluster_id + n * clusters; };
   if (tid == 0) {
     for (int st = 0; st < kFusedStages; ++st) mbar_init(landed + st, 1);
-    // Every slot is armed for its first tile (its bytes may come before the arrive: the phase waits for both).
-    for (int s = 0; s < 2; ++s) mbar_init(rows_in + s, 1), mbar_expect_bytes(rows_in + s, kRowBytes);
-    for (int s = 0; s < 3; ++s) mbar_init(pre_in + s, 1), mbar_expect_bytes(pre_in + s, kPreBytes);
+    arm_slots(rows_in, 2, kRowBytes);
+    arm_slots(pre_in, 3, kPreBytes);
     mbar_init_fence();
-    for (int p = 0; p < kFusedStages && p < my_tiles; ++p) issue_tile(tile_of(p), p);
+    for (int p = 0; p < kFusedStages && p < mine.count; ++p) issue_tile(mine.tile(p), p);
   }
   cluster_arrive();
   cluster_wait();  // every CTA of the cluster has started: its shared memory may be written from now on
@@ -1460,7 +1472,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
 #pragma unroll 1
     for (int v = tid - first; v < kFusedTM * per_stream; v += count) {
       const int row = v / per_stream, cs = v % per_stream;
-      const int64_t t = tile_of(n) * kFusedTM + row;
+      const int64_t t = mine.tile(n) * kFusedTM + row;
       float o[8];
 #pragma unroll
       for (int h = 0; h < H4; ++h) {
@@ -1484,7 +1496,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
   auto finish_token = [&](int64_t n) {
     mbar_wait<true>(rows_in + (n & 1), unsigned(n >> 1) & 1);
     if (lane == 0) mbar_expect_bytes(rows_in + (n & 1), kRowBytes);
-    const int64_t t = tile_of(n) * kFusedTM + rank;
+    const int64_t t = mine.tile(n) * kFusedTM + rank;
     double sum = 0;
     float r = 0.f;
     static_assert(NC <= 32, "a lane per column");
@@ -1524,7 +1536,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
   // warps still take at most two of hc_pre's 400 sums each.
   constexpr int kFinisher = kFusedWarps / 2 - 1, kSumThreads = 32 * kFinisher, kCollapseFirst = 32 * (kFinisher + 1);
   constexpr int kCollapseCount = kFusedThreads - kCollapseFirst;
-  for (int64_t n = 0; n < my_tiles; ++n) {
+  for (int64_t n = 0; n < mine.count; ++n) {
     mbar_wait(landed + n % kFusedStages, unsigned(n / kFusedStages) & 1);  // tile n has landed
     const unsigned char* xs = ring + size_t(n % kFusedStages) * Sl::StageBytes;
 
@@ -1598,23 +1610,23 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
       if (n > 1) {
         collapse(n - 2, kCollapseFirst, kCollapseCount);
         named_bar_sync(2, kCollapseCount);  // ring stage (n-2) % S is free: it takes tile n-2+S
-        if (tid == kCollapseFirst && n - 2 + kFusedStages < my_tiles)
-          issue_tile(tile_of(n - 2 + kFusedStages), int((n - 2) % kFusedStages));
+        if (tid == kCollapseFirst && n - 2 + kFusedStages < mine.count)
+          issue_tile(mine.tile(n - 2 + kFusedStages), int((n - 2) % kFusedStages));
       }
     }
   }
   // The last token and the last two collapses. X(last) frees the spre slot of the last pre; the last collapse waits
   // for the last bytes sent to this CTA, and X(last + 1) keeps every CTA until all have sent theirs.
-  if (my_tiles > 0) cluster_wait();
+  if (mine.count > 0) cluster_wait();
   if (warp == kFinisher) {
-    if (my_tiles > 0) finish_token(my_tiles - 1);
+    if (mine.count > 0) finish_token(mine.count - 1);
     cluster_arrive_relaxed();
   } else {
     cluster_arrive_relaxed();
-    if (my_tiles > 1 && tid >= kCollapseFirst) collapse(my_tiles - 2, kCollapseFirst, kCollapseCount);
+    if (mine.count > 1 && tid >= kCollapseFirst) collapse(mine.count - 2, kCollapseFirst, kCollapseCount);
   }
   cluster_wait();
-  if (my_tiles > 0) collapse(my_tiles - 1, 0, kFusedThreads);
+  if (mine.count > 0) collapse(mine.count - 1, 0, kFusedThreads);
 }
 
 // post and comb from the mixes, one thread per token (after mix_fused_fwd<pre>); compiled per hc, as mix_bwd_token.
@@ -2152,8 +2164,7 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
   const MixBwdTokenArgs& a = fa.t;
   const int rank = int(cooperative_groups::this_cluster().block_rank());
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int64_t tiles = (a.tokens + kFusedTM - 1) / kFusedTM;
-  const int64_t cluster_id = blockIdx.x / kFusedCluster, clusters = gridDim.x / kFusedCluster;
+  const ClusterTiles mine(a.tokens);
 
   extern __shared__ __align__(1024) unsigned char fused_smem[];
   unsigned char* ring = fused_smem;
@@ -2173,14 +2184,12 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
     tma_load_4d(dst, &xmap, 0, int(tile * kFusedTM), rank * Sl::Chunks, 0, landed + st);
     tma_load_4d(dst + Sb::XBytes, &gmap, 0, int(tile * kFusedTM), rank * Sl::Chunks, 0, landed + st);
   };
-  const int64_t my_tiles = cluster_id < tiles ? (tiles - cluster_id + clusters - 1) / clusters : 0;
-  auto tile_of = [&](int64_t n) { return cluster_id + n * clusters; };
   if (tid == 0) {
     for (int st = 0; st < kFbStages; ++st) mbar_init(landed + st, 1);
-    for (int s = 0; s < 3; ++s) mbar_init(rows_in + s, 1), mbar_expect_bytes(rows_in + s, kRowBytes);
-    for (int s = 0; s < 3; ++s) mbar_init(coef_in + s, 1), mbar_expect_bytes(coef_in + s, kCoefBytes);
+    arm_slots(rows_in, 3, kRowBytes);
+    arm_slots(coef_in, 3, kCoefBytes);
     mbar_init_fence();
-    for (int p = 0; p < kFbStages && p < my_tiles; ++p) issue_tile(tile_of(p), p);
+    for (int p = 0; p < kFbStages && p < mine.count; ++p) issue_tile(mine.tile(p), p);
   }
   cluster_arrive();
   cluster_wait();
@@ -2197,10 +2206,10 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
       for (int e = 0; e < 8; ++e) f[m][e] = m < a.M ? __ldg(fa.fn + int64_t(m) * K + kcol + e) : 0.f, acc[m][e] = 0.f;
   }
 
-  for (int64_t n = 0; n < my_tiles + 2; ++n) {
+  for (int64_t n = 0; n < mine.count + 2; ++n) {
     if (warp < kFbWarps) {
       bool waited = n == 0;  // X(n-1), before this iteration's sends
-      if (n < my_tiles) {
+      if (n < mine.count) {
         // a. Row `row`: RowThreads lanes, each BPW units of g_y's slice and the same positions of every stream.
         mbar_wait(landed + n % kFbStages, unsigned(n / kFbStages) & 1);
         const unsigned char* xs = ring + size_t(n % kFbStages) * Sb::StageBytes;
@@ -2248,7 +2257,7 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
 #pragma unroll 2
         for (int rr = 0; rr < Sb::Rows; ++rr) {
           const int row = group * Sb::Rows + rr;
-          const int64_t t = tile_of(m) * kFusedTM + row;
+          const int64_t t = mine.tile(m) * kFusedTM + row;
           const uint4 x4 = *reinterpret_cast<const uint4*>(xs + Sl::at(uh, row, uu));
           const uint4 g4 = *reinterpret_cast<const uint4*>(xs + Sb::XBytes + Sl::at(0, row, uu));
           const uint32_t xw[4] = {x4.x, x4.y, x4.z, x4.w}, gw[4] = {g4.x, g4.y, g4.z, g4.w};
@@ -2267,7 +2276,7 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
         named_bar_sync(1, 32 * kFbWarps);  // every compute thread is past its reads of stage m % S and slot m % 3
         if (tid == 0) {
           mbar_expect_bytes(coef_in + m % 3, kCoefBytes);
-          if (m + kFbStages < my_tiles) issue_tile(tile_of(m + kFbStages), int(m % kFbStages));
+          if (m + kFbStages < mine.count) issue_tile(mine.tile(m + kFbStages), int(m % kFbStages));
         }
       }
       if (!waited) cluster_wait();
@@ -2275,10 +2284,10 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
     } else {
       if (n > 0) cluster_wait();
       cluster_arrive_relaxed();  // X(n), before the work below: see the note at the top
-      if (n < 1 || n > my_tiles) continue;
+      if (n < 1 || n > mine.count) continue;
       // b. Token `rank` of tile m = n - 1: its mixes are loaded before the wait for its sums.
       const int64_t m = n - 1;
-      const int64_t t = tile_of(m) * kFusedTM + rank;
+      const int64_t t = mine.tile(m) * kFusedTM + rank;
       const bool live = t < a.tokens;
       const float mix = live && lane < a.H ? a.mixes[t * a.H + lane] : 0.f;
       mbar_wait<true>(rows_in + m % 3, unsigned(m / 3) & 1);
@@ -2301,7 +2310,7 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
   }
   cluster_wait();
   if (warp < kFbWarps) {
-    float* p = fa.part + (int64_t(cluster_id) * Sb::Groups + group) * a.M * K + kcol;
+    float* p = fa.part + (int64_t(mine.id) * Sb::Groups + group) * a.M * K + kcol;
 #pragma unroll
     for (int m = 0; m < MP; ++m)
       if (m < a.M) {
