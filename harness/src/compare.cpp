@@ -177,9 +177,7 @@ struct VectorOf {
 };
 template <typename T, int kBytes>
 using Vec = typename VectorOf<T, kBytes>::type;
-constexpr int kLanes = 4;
-using v4d = Vec<double, 32>;
-static_assert(kErrCopies == kLanes, "the errors of kLanes neighbouring elements count into copies of their own");
+constexpr int kLanes = 8;
 
 // The vector types of one width: kDoubles fp64 lanes, kWords 32-bit ones.
 template <int kBytes>
@@ -212,8 +210,7 @@ template <typename To, typename From>
   }(std::make_index_sequence<sizeof(To) / sizeof(T)>{});
 }
 // fp32 to fp64. At 64 bytes element by element conversions come out as one instruction only while the code that uses
-// them leaves GCC 12 nothing to fold into the single elements (the halves that LanePair takes do): there the
-// instruction is asked for by name.
+// them leaves GCC 12 nothing to fold into the single elements: the instruction is asked for by name.
 template <typename D, typename F>
 [[gnu::always_inline]] inline D widen(const F& x) {
 #if defined(__x86_64__)
@@ -245,53 +242,30 @@ template <typename V>
   for (size_t j = 0; j < sizeof(V) / sizeof(v[0]); ++j) s += static_cast<int64_t>(v[j]);
   return s;
 }
-// Two sums of kLanes fp64 lanes: element j of the x added to the first goes to its lane j % kLanes, element j of the y
-// added to the second to its lane j % kLanes, the lower elements first. At 64 bytes the pair shares one register, the
-// first sum in its lower half: an addition takes the lower halves of x and y together, then the upper ones, so that a
-// sum's step is half an instruction.
+// A sum of kLanes fp64 lanes, kParts vectors: element k of a block adds to lane k % kLanes, the lower elements first.
+// Eight lanes, so that the AVX-512 kernel adds one vector of its own to each sum per step: with four, two sums shared a
+// register, and a step's two dependent additions and their shuffles were what its loop waited for (bf16 against fp32
+// at 2^22 on one Zen 4 core: 2.31 -> 2.14 ms).
 template <int kBytes>
-struct LanePair;
-
-template <>
-struct LanePair<32> {
-  v4d lanes[2]{};
-  [[gnu::always_inline]] void add(v4d x, v4d y) {
-    lanes[0] += x;
-    lanes[1] += y;
-  }
+struct LaneSum {
+  using D = typename Simd<kBytes>::D;
+  static constexpr int kParts = kLanes * 8 / kBytes;
+  D parts[kParts]{};
+  [[gnu::always_inline]] void add(int part, D x) { parts[part] += x; }
+  // x * x. With kExact every square is exact in fp64 (a value of at most 26 significant bits, as fp32 and bf16 values
+  // have): a fused multiply-add then rounds as the add alone does, in one instruction. (The file is built with
+  // -ffp-contract=off, so that no other product and sum fuse.)
   template <bool kExact>
-  [[gnu::always_inline]] void add_squares(v4d x, v4d y) {
-    add(x * x, y * y);
-  }
-  v4d first() const { return lanes[0]; }
-  v4d second() const { return lanes[1]; }
-};
-
-template <>
-struct LanePair<64> {
-  using D = Vec<double, 64>;
-  D both{};
-  [[gnu::always_inline]] void add(D x, D y) {
-    both += __builtin_shufflevector(x, y, 0, 1, 2, 3, 8, 9, 10, 11);
-    both += __builtin_shufflevector(x, y, 4, 5, 6, 7, 12, 13, 14, 15);
-  }
-  // x * x and y * y. With kExact, every square is exact in fp64 (a value of at most 26 significant bits, as fp32 and
-  // bf16 values have): a fused multiply-add then rounds as the add alone does, in one instruction. (The file is built
-  // with -ffp-contract=off, so that no other product and sum fuse.)
-  template <bool kExact>
-  [[gnu::always_inline]] void add_squares(D x, D y) {
+  [[gnu::always_inline]] void add_square(int part, D x) {
 #if defined(__x86_64__)
-    if constexpr (kExact) {
-      for (const D xy : {__builtin_shufflevector(x, y, 0, 1, 2, 3, 8, 9, 10, 11),
-                         __builtin_shufflevector(x, y, 4, 5, 6, 7, 12, 13, 14, 15)})
-        both = __builtin_ia32_vfmaddpd512_mask(xy, xy, both, 0xFF, 4);  // 4: the current rounding
+    if constexpr (kExact && kBytes == 64) {
+      parts[part] = __builtin_ia32_vfmaddpd512_mask(x, x, parts[part], 0xFF, 4);  // 4: the current rounding
       return;
     }
 #endif
-    add(x * x, y * y);
+    add(part, x * x);
   }
-  v4d first() const { return __builtin_shufflevector(both, both, 0, 1, 2, 3); }
-  v4d second() const { return __builtin_shufflevector(both, both, 4, 5, 6, 7); }
+  double lane(int j) const { return parts[j / Simd<kBytes>::kDoubles][j % Simd<kBytes>::kDoubles]; }
 };
 
 // The kernel takes TU in {fp32, bf16} with each side stored as TU, fp32 or fp64; anything else is scalar.
@@ -354,7 +328,7 @@ template <int kBytes>
 struct VectorSums {
   using D = typename Simd<kBytes>::D;
   using U = typename Simd<kBytes>::U;
-  LanePair<kBytes> abs_rel, aa_ee, dd_ae;  // sum_abs and sum_rel, sum_aa and sum_ee, sum_dd and sum_ae
+  LaneSum<kBytes> sum_abs, sum_rel, sum_aa, sum_ee, sum_dd, sum_ae;
   D max_abs = D{} - 1, max_rel = D{} - 1;
   U max_ulp{};
   U ulp_low{}, ulp_high{};  // the distances' low and high 16 bits, each summed exactly over a block
@@ -387,9 +361,12 @@ template <int n>
 }
 
 // n (a multiple of 32) elements of actual against expected, and with kCountErrors their errors into err_counts. False,
-// with s and b partly written, where one of them is not finite in TU. Two loops, each with few enough accumulators for
-// AVX2's 16 registers (the expected side's magnitude goes to the first where its bits hold it exactly): a sum spilled
-// to the stack would chain every iteration on a store-to-load forward.
+// with s and b partly written, where one of them is not finite in TU. Two loops, so that each has few accumulators (the
+// expected side's magnitude goes to the first where its bits hold it exactly): a sum spilled to the stack would chain
+// every iteration on a store-to-load forward. The second's six sums of eight lanes take six AVX-512 registers but
+// twelve of AVX2's sixteen, where GCC spills some: the AVX2 clone is ~8% slower than with four lanes (2.9 -> 3.15 ms
+// at 2^22, bf16 against fp32, on a Zen 4 made to take it), and a third loop for the sums of products costs more
+// (3.47 ms). Every clone sums in the same order, so both ISAs give the same bits.
 template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
 [[gnu::always_inline]] inline bool scan_vector_block(const TA* act, const TE* exp, int64_t n, VectorSums<kBytes>& s,
                                                      VectorArrays& b, uint32_t* err_counts) {
@@ -432,22 +409,29 @@ template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
   if (lane_max(max_mag) >= UlpFormat<TU>::kInfBits) return false;
   D max_e_abs{};
   L e_zero{};
+  // kLanes elements from i, a vector of kDoubles at a time: the vector of each sum's lanes it adds to is known here.
   const auto step = [&](int64_t i) {
-    const D av = load_values<D>(act + i, b.act_f32 + i), ev = load_values<D>(exp + i, b.exp_f32 + i);
-    const D diff = av - ev, err = vabs(diff), e_abs = vabs(ev);
-    // An integer compare: the floating-point ones share pipes with this loop's many additions.
-    const L zero = (L)e_abs == 0;
-    // 0 where the relative error is not defined: it cannot exceed a defined one, which is at least 0.
-    const D rel = (D)((L)(err / e_abs) & ~zero);
-    store(b.abs + i, err);
-    s.abs_rel.add(err, rel);
-    s.aa_ee.template add_squares<kExactSquares>(av, ev);
-    s.dd_ae.add(diff * diff, av * ev);
-    s.max_abs = vmax(s.max_abs, err);
-    s.max_rel = vmax(s.max_rel, rel);
-    if constexpr (!kExpectedBits) {
-      max_e_abs = vmax(max_e_abs, e_abs);
-      e_zero -= zero;
+#pragma GCC unroll 8
+    for (int part = 0; part < LaneSum<kBytes>::kParts; ++part, i += V::kDoubles) {
+      const D av = load_values<D>(act + i, b.act_f32 + i), ev = load_values<D>(exp + i, b.exp_f32 + i);
+      const D diff = av - ev, err = vabs(diff), e_abs = vabs(ev);
+      // An integer compare: the floating-point ones share pipes with this loop's many additions.
+      const L zero = (L)e_abs == 0;
+      // 0 where the relative error is not defined: it cannot exceed a defined one, which is at least 0.
+      const D rel = (D)((L)(err / e_abs) & ~zero);
+      store(b.abs + i, err);
+      s.sum_abs.add(part, err);
+      s.sum_rel.add(part, rel);
+      s.sum_aa.template add_square<kExactSquares>(part, av);
+      s.sum_ee.template add_square<kExactSquares>(part, ev);
+      s.sum_dd.add(part, diff * diff);
+      s.sum_ae.add(part, av * ev);
+      s.max_abs = vmax(s.max_abs, err);
+      s.max_rel = vmax(s.max_rel, rel);
+      if constexpr (!kExpectedBits) {
+        max_e_abs = vmax(max_e_abs, e_abs);
+        e_zero -= zero;
+      }
     }
   };
   // The histogram's loads and increments go to the scalar and memory pipes beside the vector work of this loop, rather
@@ -456,14 +440,14 @@ template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
   constexpr int64_t kLag = 32;
   const int64_t lead = std::min(kLag, n);
 #pragma GCC unroll 1
-  for (int64_t i = 0; i < lead; i += V::kDoubles) step(i);
-  for (int64_t i = lead; i < n; i += V::kDoubles) {
+  for (int64_t i = 0; i < lead; i += kLanes) step(i);
+  for (int64_t i = lead; i < n; i += kLanes) {
     step(i);
-    if constexpr (kCountErrors) count_errors<V::kDoubles>(err_counts, b.abs + i - kLag);
+    if constexpr (kCountErrors) count_errors<kLanes>(err_counts, b.abs + i - kLag);
   }
   if constexpr (kCountErrors) {
 #pragma GCC unroll 1
-    for (int64_t i = n - lead; i < n; i += V::kDoubles) count_errors<V::kDoubles>(err_counts, b.abs + i);
+    for (int64_t i = n - lead; i < n; i += kLanes) count_errors<kLanes>(err_counts, b.abs + i);
   }
   if constexpr (kExpectedBits) {
     s.max_abs_expected = std::bit_cast<float>(lane_max(max_expected));
@@ -638,15 +622,13 @@ class ChunkScan {
   void add_vector_block(int64_t pos, int64_t n, const VectorSums<kBytes>& s, const VectorArrays& b) {
     Totals& t = t_;
     t.comparable += n;
-    const v4d sum_abs = s.abs_rel.first(), sum_rel = s.abs_rel.second(), sum_aa = s.aa_ee.first(),
-              sum_ee = s.aa_ee.second(), sum_dd = s.dd_ae.first(), sum_ae = s.dd_ae.second();
     for (int j = 0; j < kLanes; ++j) {
-      t.sum_abs[j] += sum_abs[j];
-      t.sum_rel[j] += sum_rel[j];
-      t.sum_aa[j] += sum_aa[j];
-      t.sum_ee[j] += sum_ee[j];
-      t.sum_dd[j] += sum_dd[j];
-      t.sum_ae[j] += sum_ae[j];
+      t.sum_abs[j] += s.sum_abs.lane(j);
+      t.sum_rel[j] += s.sum_rel.lane(j);
+      t.sum_aa[j] += s.sum_aa.lane(j);
+      t.sum_ee[j] += s.sum_ee.lane(j);
+      t.sum_dd[j] += s.sum_dd.lane(j);
+      t.sum_ae[j] += s.sum_ae.lane(j);
     }
     t.rel_defined += s.rel_defined;
     t.ulp_low += s.ulp_low;
@@ -764,7 +746,9 @@ class ChunkScan {
   }
 
   // Lanes add up in a fixed order.
-  static double total(const std::array<double, kLanes>& lanes) { return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]); }
+  static double total(const std::array<double, kLanes>& l) {
+    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+  }
 
   void finish() {
     Totals& t = t_;
