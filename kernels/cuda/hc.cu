@@ -19,6 +19,7 @@ H = 4 instantiation (ptxas, sm_90a):
                                cluster of 16 CTAs per tile of 16 tokens, x by TMA, fp64 cross-warp/CTA
                                sums, st.async between CTAs                               128 / 87 reg, 225 KB smem
   mix_post_comb<H>             post and comb (Sinkhorn) from the mixes, after mix_fused_fwd    thread/token 47 reg
+  mix_post_comb_quad           the same at hc 4, a thread per line, shuffles transposing    4 threads/token 26 reg
   mix_bwd_reduce<H>            per token: sum x^2 and g_pre_h = <g_y, x_h> (fp64 sums); hc_pre: its first
                                blocks run the Sinkhorn backward meanwhile (forward recomputed, stages kept
                                in a global workspace; its divisions share a reciprocal per line:
@@ -57,7 +58,7 @@ percentages are one-pass bytes over time, against the copy rate):
           cluster's data by st.async and no barrier at the top of a tile (`parity run --perf`: 0.339 ms, 66%); the
           cross-warp sums unrolled 0.327 ms (69%); mix_post_comb's range check as a tree 0.0193 -> 0.0163 ms and the
           collapse on 256 threads: 0.314 ms (72%; bench/hc_ab.sh, 3 runs each, same bits; `parity run --perf`
-          0.311 ms, 72.5%)
+          0.311 ms, 72.5%); mix_post_comb on four threads a token 0.0174 -> 0.0145 ms: 0.313 ms
   hc_pre  bwd 1.498 ms (27%: reduce 0.227 = 99%, token 0.108, dx_dfn 1.151, sums 0.020); with dx_dfn on the tensor
           cores (mix_bwd_dx_dfn_mma) 0.839 ms (48%: dx_dfn 1.094 -> 0.488 ms, 84% of the copy rate on its own bytes;
           A/B in one process, bench/hc_ab.sh, 3 runs each); with divide_lines and hc a template parameter of the
@@ -422,6 +423,17 @@ __device__ __forceinline__ uint32_t fold_tree(uint32_t (&v)[N]) {
   return v[0];
 }
 
+// 1 / den refined once from MUFU.RCP, and a / den from it with one correction: `/`'s expansion without its range check.
+__device__ __forceinline__ float line_reciprocal(float den) {
+  float r0;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r0) : "f"(den));
+  return fmaf(r0, fmaf(-den, r0, 1.f), r0);
+}
+__device__ __forceinline__ float quotient_in_range(float a, float den, float r) {
+  const float q0 = __fmul_rn(a, r);
+  return fmaf(r, fmaf(-den, q0, a), q0);
+}
+
 // elem<ByColumn>(c, l, k) /= den[l] for l, k < H. The elements' range is folded while the line sums are still being
 // formed; the denominators join it last.
 template <bool ByColumn>
@@ -442,22 +454,14 @@ __device__ __forceinline__ void divide_lines(Mat& c, const float (&den)[H4], int
   for (int l = 0; l < H4; ++l) {
     lo_den[l] = l < H ? magnitude_bits(den[l]) : ~0u;
     hi_den[l] = l < H ? magnitude_bits(den[l]) : 0u;
-    if (l < H) {
-      float r0;
-      asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r0) : "f"(den[l]));
-      r[l] = fmaf(r0, fmaf(-den[l], r0, 1.f), r0);
-    }
+    if (l < H) r[l] = line_reciprocal(den[l]);
   }
   Mat q;
 #pragma unroll
   for (int l = 0; l < H4; ++l)
 #pragma unroll
     for (int k = 0; k < H4; ++k)
-      if (l < H && k < H) {
-        const float a = elem<ByColumn>(c, l, k);
-        const float q0 = __fmul_rn(a, r[l]);
-        elem<ByColumn>(q, l, k) = fmaf(r[l], fmaf(-den[l], q0, a), q0);
-      }
+      if (l < H && k < H) elem<ByColumn>(q, l, k) = quotient_in_range(elem<ByColumn>(c, l, k), den[l], r[l]);
   // One branch: with && nvcc branched on the min before folding the max.
   if ((fold_tree<false>(lo) >= kDivideLo) & (fold_tree<true>(hi) <= kDivideHi)) {
 #pragma unroll
@@ -1636,6 +1640,98 @@ __global__ void __launch_bounds__(128) mix_post_comb_kernel(MixFwdArgs a) {
   if (t < a.tokens) PreKind::post_comb(a.mixes + t * a.M, t, a, HC);
 }
 
+// Line i of a 4 x 4 matrix held by thread i of a quad (four neighbouring lanes), element i ^ s in slot s. Shuffling
+// slot s by s (s = 1..3) transposes the matrix within the quad: thread i's slot s, element (i, i ^ s) of its row, goes
+// to thread i ^ s, whose column i ^ s holds it at row i = (i ^ s) ^ s, again slot s. So every Sinkhorn normalisation
+// is a transpose and then work along the lines held, in the one-thread order of sinkhorn_forward.
+struct QuadLine {
+  float v[H4];
+  int i;  // lane % 4
+
+  // Element k of the line: slot k ^ i, picked without indexing registers at run time.
+  __device__ __forceinline__ float at(int k) const {
+    const int s = k ^ i;
+    return s & 2 ? (s & 1 ? v[3] : v[2]) : (s & 1 ? v[1] : v[0]);
+  }
+  __device__ __forceinline__ void transpose() {
+#pragma unroll
+    for (int s = 1; s < H4; ++s) v[s] = __shfl_xor_sync(~0u, v[s], s);
+  }
+  // Left to right, as line_sums adds.
+  __device__ __forceinline__ float sum() const {
+    float total = 0.f;
+#pragma unroll
+    for (int k = 0; k < H4; ++k) total += at(k);
+    return total;
+  }
+  // divide_lines for one line: each quotient is exact where its own operands are in range, so the check covers the
+  // line and its denominator only, and the bits are divide_lines'.
+  __device__ __forceinline__ void divide(float den) {
+    const float r = line_reciprocal(den);
+    float q[H4];
+    uint32_t lo[H4 + 1], hi[H4 + 1];
+#pragma unroll
+    for (int s = 0; s < H4; ++s) {
+      q[s] = quotient_in_range(v[s], den, r);
+      lo[s] = hi[s] = magnitude_bits(v[s]);
+    }
+    lo[H4] = hi[H4] = magnitude_bits(den);
+    if ((fold_tree<false>(lo) >= kDivideLo) & (fold_tree<true>(hi) <= kDivideHi)) {
+#pragma unroll
+      for (int s = 0; s < H4; ++s) v[s] = q[s];
+    } else {
+#pragma unroll
+      for (int s = 0; s < H4; ++s) v[s] = v[s] / den;
+    }
+  }
+};
+
+// mix_post_comb for hc = 4 with four threads per token (QuadLine), the same bits. One thread per token left four warps
+// on an SM, each thread's Sinkhorn (39 normalisations at V4 dims) a chain of dependent steps with nothing beside it:
+// H100, V4 dims, bench/hc_ab.sh (3 runs each, every hash unchanged, also at 37, 257 and 1000 tokens): post_comb
+// 0.0174 -> 0.0145 ms, the fused forward with it 0.3161 -> 0.3128 ms.
+__global__ void __launch_bounds__(128) mix_post_comb_quad_kernel(MixFwdArgs a) {
+  static_assert(H4 == 4);
+  const int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  // A quad past the last token runs on the last one's data, so that every lane takes part in the shuffles.
+  const int64_t t = min(g / H4, a.tokens - 1);
+  const bool store = g / H4 < a.tokens;
+  QuadLine line;
+  line.i = int(g % H4);
+  const float* mix = a.mixes + t * a.M;
+  const float s1 = __ldg(a.scale + 1), s2 = __ldg(a.scale + 2);
+  const int m_post = H4 + line.i;
+  if (store) a.post[t * H4 + line.i] = a.post_mult * sigmoid(logit(mix[m_post], s1, __ldg(a.base + m_post)));
+  // Row i of comb's logits (comb_logits), then softmax_rows.
+#pragma unroll
+  for (int s = 0; s < H4; ++s) {
+    const int m = 2 * H4 + line.i * H4 + (line.i ^ s);
+    line.v[s] = logit(mix[m], s2, __ldg(a.base + m));
+  }
+  float mx = line.at(0);
+#pragma unroll
+  for (int k = 1; k < H4; ++k) mx = fmaxf(mx, line.at(k));
+#pragma unroll
+  for (int s = 0; s < H4; ++s) line.v[s] = expf(line.v[s] - mx);
+  line.divide(line.sum());
+#pragma unroll
+  for (int s = 0; s < H4; ++s) line.v[s] += a.hc_eps;
+  // Normalisation n divides columns when n is odd: held as rows now, the lines alternate from the first transpose.
+  const int norms = sinkhorn_norms(a.iters);
+  for (int n = 1; n <= norms; ++n) {
+    line.transpose();
+    line.divide(line.sum() + a.hc_eps);
+  }
+  const bool columns = norms > 0 && (norms & 1);
+  if (store) {
+#pragma unroll
+    for (int s = 0; s < H4; ++s) {
+      const int other = line.i ^ s;
+      a.comb[(t * H4 + (columns ? other : line.i)) * H4 + (columns ? line.i : other)] = line.v[s];
+    }
+  }
+}
+
 // -------------------------------------------------------------------------------------------------------------------
 // mix backward
 // -------------------------------------------------------------------------------------------------------------------
@@ -2669,11 +2765,15 @@ void launch_mix_fused_bwd(MixKind kind, const void* x, const void* grad_y, const
 }
 
 void launch_mix_post_comb(const float* mixes, const float* base, const float* scale, float* post, float* comb,
-                          int64_t tokens, int hc, MixConsts k, cudaStream_t stream) {
+                          int64_t tokens, int hc, MixConsts k, cudaStream_t stream, bool one_thread_per_token) {
   check_hc(hc);
   if (tokens == 0) return;
   const MixFwdArgs a{base, scale, const_cast<float*>(mixes), nullptr, post, comb, tokens, 0, hc,
                      mix_rows(MixKind::pre, hc), k.hc_eps, k.rms_eps, k.post_mult, k.sinkhorn_iters};
+  if (hc == H4 && !one_thread_per_token) {
+    mix_post_comb_quad_kernel<<<ceil_div(tokens * H4, 128), 128, 0, stream>>>(a);
+    return;
+  }
   with_hc(hc, [&](auto h) { mix_post_comb_kernel<decltype(h)::value><<<ceil_div(tokens, 128), 128, 0, stream>>>(a); });
 }
 

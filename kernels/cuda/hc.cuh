@@ -73,9 +73,10 @@ int mix_fused_fwd_clusters(MixKind kind, int64_t hidden);
 void launch_mix_fused_fwd(MixKind kind, const void* x, const float* fn, const float* base, const float* scale,
                           float* mixes, float* pre, void* y, int64_t tokens, int hc, int64_t hidden, MixConsts k,
                           cudaStream_t stream);
-// hc_pre's post and comb (the Sinkhorn) from its mixes, one thread per token.
+// hc_pre's post and comb (the Sinkhorn) from its mixes: at hc 4 four threads per token, a line of the matrix each,
+// unless one_thread_per_token (else, and below hc 4, always one). Both give the same bits (HcPostComb's test).
 void launch_mix_post_comb(const float* mixes, const float* base, const float* scale, float* post, float* comb,
-                          int64_t tokens, int hc, MixConsts k, cudaStream_t stream);
+                          int64_t tokens, int hc, MixConsts k, cudaStream_t stream, bool one_thread_per_token = false);
 
 // ---- hc_head backward in one pass over x: mix_fused_bwd -> sum_splits + colsum ------------------------------------
 // What reduce -> token -> dx_dfn compute (gate_grads rows as theirs; grad_x by the same expression), with x and

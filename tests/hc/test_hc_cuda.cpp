@@ -24,6 +24,7 @@
 #include <bit>
 #include <cstdio>
 #include <iterator>
+#include <limits>
 #include <optional>
 #include <random>
 
@@ -342,6 +343,67 @@ TEST(HcSinkhornDivide, BitwiseEqualToIeeeDivision) {
                                    std::bit_cast<float>(want[e]));
   }
   EXPECT_EQ(differ, 0) << "quotients of " << 4 * kLines;
+#endif
+}
+
+// post and comb at hc = 4, four threads per token (a line each, transposed by shuffles) against one thread per token:
+// bit for bit. Tokens come in four kinds, so that lines take both of the division's paths: logits ~N(0, 1) (its fast
+// path); ~N(0, 40), whose softmax underflows to zeros (the `/` fallback of the lines holding them); one logit +Inf or
+// NaN (NaN through every line of the quad); and all logits equal and huge. 1003 tokens: the last block's quads run
+// past the last token.
+TEST(HcPostComb, FourThreadsPerTokenGiveTheBitsOfOne) {
+  if (const auto why = skip_reason()) GTEST_SKIP() << *why;
+#ifdef PARITY_WITH_CUDA
+  constexpr int64_t kTokens = 1003;
+  constexpr int kHc = 4, kMixes = 2 * kHc + kHc * kHc;
+  std::mt19937_64 rng(kSeed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  constexpr float kInf = std::numeric_limits<float>::infinity(), kNaN = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> mixes(kTokens * kMixes), base_values(kMixes);
+  for (float& b : base_values) b = normal(rng);
+  for (int64_t t = 0; t < kTokens; ++t)
+    for (int m = 0; m < kMixes; ++m) {
+      float& x = mixes[t * kMixes + m];
+      switch (t % 4) {
+        case 0: x = normal(rng); break;
+        case 1: x = 40.f * normal(rng); break;
+        case 2: x = m == 2 * kHc + t % (kHc * kHc) ? (t % 8 == 2 ? kInf : kNaN) : normal(rng); break;
+        default: x = 1e30f;
+      }
+    }
+  const auto opts = at::TensorOptions().dtype(at::kFloat).device(gpu());
+  const at::Tensor mix = at::from_blob(mixes.data(), {kTokens, kMixes}, at::kFloat).to(gpu());
+  const at::Tensor base = at::from_blob(base_values.data(), {kMixes}, at::kFloat).to(gpu());
+  const at::Tensor scale = at::full({3}, 0.75f, opts);
+  const cuda::MixConsts k{1e-6f, 1e-6f, 2.f, 20};
+  std::vector<at::Tensor> out;  // post, comb: four threads per token, then one
+  for (const bool one : {false, true}) {
+    at::Tensor post = at::full({kTokens, kHc}, -1.f, opts), comb = at::full({kTokens, kHc, kHc}, -1.f, opts);
+    cuda::launch_mix_post_comb(mix.data_ptr<float>(), base.data_ptr<float>(), scale.data_ptr<float>(),
+                               post.data_ptr<float>(), comb.data_ptr<float>(), kTokens, kHc, k,
+                               at::cuda::getCurrentCUDAStream(), one);
+    out.push_back(post.cpu());
+    out.push_back(comb.cpu());
+  }
+  for (int o = 0; o < 2; ++o) {
+    const at::Tensor quad = out[o], single = out[o + 2];
+    const uint32_t* q = static_cast<const uint32_t*>(quad.data_ptr());
+    const uint32_t* w = static_cast<const uint32_t*>(single.data_ptr());
+    int64_t differ = 0, nan = 0, zero = 0;
+    for (int64_t e = 0; e < quad.numel(); ++e) {
+      nan += std::isnan(std::bit_cast<float>(w[e]));
+      zero += std::bit_cast<float>(w[e]) == 0.f;
+      if (q[e] != w[e] && ++differ <= 5)
+        ADD_FAILURE() << fmt::format("{} element {}: four threads {:a}, one {:a}", o == 0 ? "post" : "comb", e,
+                                     std::bit_cast<float>(q[e]), std::bit_cast<float>(w[e]));
+    }
+    EXPECT_EQ(differ, 0) << (o == 0 ? "post" : "comb") << " elements of " << quad.numel();
+    if (o == 1) {
+      std::printf("[hc-cuda] post_comb: %lld comb elements, %lld NaN, %lld zero\n",
+                  static_cast<long long>(quad.numel()), static_cast<long long>(nan), static_cast<long long>(zero));
+      EXPECT_GT(nan, 0) << "no token took the NaN through the Sinkhorn";
+    }
+  }
 #endif
 }
 
