@@ -32,6 +32,12 @@ tensor is [2^18, 4096]); ncu before the ring: ~66 instructions per element, issu
 and 14% of warp samples waiting on the loads at their first use, which the ring removed. Tried and dropped: two
 neighbouring vectors a thread and tile (x1.02), the halves unrolled with the vector read again for the rare branches
 (x1.04), three blocks per SM (spills, x1.01), the bars shared every other tile (no change).
+ncu now (H100 at 861a88d, 2^30 bf16 pairs as [2^18, 4096], clocks locked at 1.59 GHz: 3.58 ms): 61 instructions per
+element, issue slots 69% busy (IPC 2.76), pipes ALU 56%, fp64 28%, XU 28% (the fp64 conversions and reciprocal),
+DRAM 36%; stall samples: not selected 21%, fixed-latency waits 20%, selected 19%, math pipe throttle 10%, branch
+resolving 10% (a third of it at the back edge of finite8's two-half loop), short scoreboard 7%. So it is bound by
+instructions issued, not by bytes: the next 7% (x_read 2.14 -> 2.0 at 2^30 in bench_compare_cuda) has to come out of
+the per-element work.
 */
 #include "harness/cuda/compare.cuh"
 
