@@ -259,12 +259,19 @@ int main(int argc, char** argv) {
         const int fsplits = kc::mix_fused_bwd_splits(kind, T, D);
         float* fpart = alloc<float>(int64_t(fsplits) * m * HD);
         auto bwd_fused = [&] {
-          kc::launch_mix_fused_bwd(kind, x, gy, mixes, fn, base, scale, gate, gx, fpart, T, H, D, k, s);
+          if (p) kc::launch_mix_comb_bwd(mixes, gcomb, base, scale, gate, hist, T, H, k, s);
+          kc::launch_mix_fused_bwd(kind, x, gy, mixes, p ? gpost : nullptr, fn, base, scale, gate, gx, fpart, T, H, D,
+                                   k, s);
           kc::launch_sum_splits(fpart, gfn, int64_t(m) * HD, fsplits, s);
           kc::launch_mix_bwd_colsum(kind, gate, T, H, gbase, gscale, s);
         };
         rows.push_back({op + " bwd fused (vs one pass)", time_ms(bwd_fused),
-                        (2 * T * HD + T * D) * e + 2 * prm + 2 * T * 2 * H * 4.0});
+                        (2 * T * HD + T * D) * e + 2 * prm + 2 * (p ? small : T * 2 * H * 4.0)});
+        if (p)  // the Sinkhorn's share of the fused backward, a kernel of its own ahead of it
+          rows.push_back({op + " bwd: comb_bwd", time_ms([&] {
+                            kc::launch_mix_comb_bwd(mixes, gcomb, base, scale, gate, hist, T, H, k, s);
+                          }),
+                          T * (M + H * H) * 4.0 + T * H * H * 8.0});
         std::printf("%s fused backward: grad_x hash %016llx, grad_fn hash %016llx (%d splits), grad_base, grad_scale "
                     "hash %016llx\n",
                     op.c_str(), (unsigned long long)device_hash({{gx, T * HD * 2}}),

@@ -33,6 +33,12 @@ H = 4 instantiation (ptxas, sm_90a):
                                mma.sync (coef, fn split into bf16 terms); a CTA owns 64 hidden positions
                                of all streams, tiles of 16 tokens through a 4-stage cp.async ring
                                                                                      128 reg, 49 KB dyn smem
+  mix_comb_bwd<H>              hc_pre's Sinkhorn backward alone (PreKind::comb_backward), before mix_fused_bwd_mma
+                                                                                             thread/token 106 reg
+  mix_fused_bwd_mma            hc_pre's backward in one pass (hidden 4096): mix_fused_bwd's cluster with
+                               dx_dfn_mma's products; 16 compute warps at 104 registers and a fifth warpgroup
+                               (the finisher) at 64 (setmaxnreg); correct but slower than the two passes, so
+                               the bridge does not take it yet                          96 reg at launch, 225 KB smem
   mix_fused_bwd<Head>          hc_head's backward in one pass over x (bf16, hc 4, hidden 2048/4096, Hopper):
                                a cluster of 16 CTAs per tile of 16 tokens, x and g_y by TMA; each row's
                                sums (fp64) by st.async to the token's CTA, whose finisher warp runs the gate
@@ -841,6 +847,48 @@ struct PreKind : MixLayout<(2 + H4) * H4, 3> {
     for (int m = MP + 1 + H4; m < CW; ++m) cf[m] = 0.f;
     gg[MP] = sc0, gg[MP + 1] = sc1, gg[MP + 2] = sc2;
     for (int m = MP + NS; m < GW; ++m) gg[m] = 0;
+  }
+
+  // bwd_token by a warp (mix_fused_bwd_mma's finisher), a lane per mix: lane m < M holds mix m and base m, lanes
+  // H .. 2H-1 grad_post, lanes 2H .. M-1 comb_backward's d loss / d comb logit (read back from the gate row); `red` in
+  // lane i < 1 + H is red row entry i. The sums over mixes then run in every lane in mix order, with bwd_token's
+  // expressions, so the rows are bwd_token's. Returns coefficient row entry `lane` in cf, gate row entry `lane` in gg.
+  static __device__ __forceinline__ void bwd_token_warp(double red, float mix, float base_m, float s0, float s1,
+                                                        float s2, float g_post, double g_comb, const MixBwdTokenArgs& a,
+                                                        float& cf, double& gg) {
+    const int lane = threadIdx.x & 31, H = a.H;
+    const float r = rms_scale(__shfl_sync(~0u, red, 0), a.K, a.rms_eps);
+    const double g_pre = __shfl_sync(~0u, red, (lane + 1) & 31);
+    const double m = mix;
+    double gz = 0, gm = 0;
+    float c = 0.f, pre = 0.f;
+    if (lane < H) {
+      const PreGateGrad g = pre_gate_grad(mix, g_pre, base_m, s0, r, a.hc_eps);
+      gz = g.gz, gm = g.gm, c = g.cf, pre = g.pre;
+    } else if (lane < 2 * H) {
+      const double sg = sigmoid64(m * s1 + base_m);
+      gz = double(g_post) * a.post_mult * (sg * (1 - sg));
+      gm = gz * s1;
+      c = float(r * gm);
+    } else if (lane < a.M) {
+      gz = g_comb;
+      gm = gz * s2;
+      c = float(r * gm);
+    }
+    double sc0 = 0, sc1 = 0, sc2 = 0, dot = 0;
+#pragma unroll
+    for (int k = 0; k < MP; ++k) {
+      const double gzk = __shfl_sync(~0u, gz, k), mk = __shfl_sync(~0u, m, k), gmk = __shfl_sync(~0u, gm, k);
+      if (k < a.M) {
+        if (k < H) sc0 += gzk * mk;
+        else if (k < 2 * H) sc1 += gzk * mk;
+        else sc2 += gzk * mk;
+        dot += gmk * mk;
+      }
+    }
+    const float p = __shfl_sync(~0u, pre, (lane - MP - 1) & 31);
+    cf = lane < a.M ? c : lane == MP ? norm_coef(r, a.K, dot) : lane > MP && lane < MP + 1 + H ? p : 0.f;
+    gg = lane < a.M ? gz : lane == MP ? sc0 : lane == MP + 1 ? sc1 : lane == MP + 2 ? sc2 : 0.0;
   }
 };
 
@@ -2417,6 +2465,329 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
   }
 }
 
+// ---- hc_pre's backward in one pass over x: mix_fused_bwd_mma ------------------------------------------------------
+// hc_pre's two-pass backward (reduce, then dx_dfn_mma) reads x and g_y twice: 1.56x the one-pass bytes, so even at the
+// copy rate it would take 64% of it (H100, V4 dims: 0.780 ms = 52%). mix_fused_bwd's cluster cannot carry hc_pre as it
+// is: 24 mixes put grad_x and grad_fn on the tensor cores (dx_dfn_mma's products), and fn's fragments with the grad_fn
+// sums of a thread's columns do not fit its registers. Here the same cluster of 16 CTAs holds a tile of 16 tokens, a
+// CTA a slice of Dc hidden positions of every stream (x and g_y by TMA), with 16 compute warps, warp w owning one
+// 64-column chunk of the slice (stream w / Chunks): the grad_fn sums of its 64 columns x 24 mixes stay in registers
+// (48 a lane), fn's fragments (two bf16 terms) sit in shared memory, written once. Per iteration n:
+//   a. compute warps, tile n: warp w sums row w (sum x^2 and <g_y, x_h>, fp64 from exact products, a unit of 8
+//      positions a lane) and sends it to CTA w by st.async;
+//   b. the finisher warp, tile n: CTA r sums token r's 16 partial rows in rank order, runs PreKind::bwd_token_warp
+//      (the Sinkhorn's part came from mix_comb_bwd, launched before) and sends the coefficient row to every CTA;
+//   c. compute warps, tile n - 1: grad_fn^T += x^T coef (x exact, coef in three bf16 terms) and grad_x = coef @ fn
+//      (two terms each) - c x + pre_h g_y, as mix_bwd_dx_dfn_mma computes them; grad_x goes back into the x tile and
+//      leaves in 16-byte stores; the stage then takes tile n + 2.
+// The ring has three stages (fn's 96 KB leave no room for a fourth), so c runs one tile behind a, not two: b's
+// latency hides behind c(n - 1) and a(n + 1). The cluster barrier X(n) orders the reuse of the st.async slots as in
+// mix_fused_bwd; here the finisher handles tile n in iteration n, after arriving at X(n).
+// Measured (H200, V4 dims, bench/hc_cuda_timing.cu, every row in the same process): grad_x bit for bit the two-pass
+// path's (hashes at 257 and 16384 tokens), grad_base and grad_scale too; but slower: comb_bwd + this + sum_splits +
+// colsum 0.846 ms, then 0.812-0.826 ms with the fragments stored as the MMAs' register pairs, offsets computed once
+// and two n-tiles' chains interleaved, against 0.711-0.722 ms for the two passes (comb_bwd alone 0.050 ms). So the
+// bridge keeps the two passes for hc_pre. ncu (H200 at 1.35 GHz, ncu's clocks): 17.1K warp instructions per tile and
+// CTA (19.9K before those three steps), issue slots 38% busy; of the compute warps' stall samples, a 27% (F2F to fp64
+// through the MIO queue, 50 shuffles a warp), c 50% (waits between dependent HMMAs: 52 NOPs a warp and tile), the
+// coefficients' wait 12%, barrier 1 8%. Tried and dropped: a on the fifth warpgroup (four rows a warp, eight lanes a
+// row, so 6.7x fewer shuffles, beside c): 1.16 ms, one warp a scheduler cannot hide the fp64 chains, and the
+// finisher waited behind its own rows. To reach 75% of the copy rate this needs about half the instructions per tile.
+// Threads: four warpgroups of compute warps and a fifth whose first warp is the finisher (its other three only keep
+// the cluster barrier). 20 warps launch at 96 registers a thread (5 warps a scheduler), where the grad_fn sums
+// spilled 88 bytes; setmaxnreg then moves registers within the CTA's pool, which is what the launch allocated (an
+// increase beyond it waits forever): the finisher's group down to kFmFinisherRegs, the compute warps up to
+// kFmComputeRegs (ptxas: 12 bytes of loop-invariant values spilled, one reload per tile).
+constexpr int kFmWarps = 16, kFmThreads = 32 * (kFmWarps + 4), kFmStages = 3, kFmCoefStride = 36;
+constexpr int kFmLaunchRegs = 65536 / 4 / (kFmThreads / 4) / 8 * 8;  // a scheduler: 16K registers, 5 warps
+constexpr int kFmComputeRegs = 104, kFmFinisherRegs = 64;
+static_assert(kFmLaunchRegs == 96 && kFmWarps * kFmComputeRegs + 4 * kFmFinisherRegs <= (kFmWarps + 4) * kFmLaunchRegs,
+              "setmaxnreg stays within the CTA's register pool");
+
+struct FusedMmaBwd {
+  using Sl = FusedSlice<2>;  // hidden 4096: Dc = 256, four chunks of 64 positions a stream
+  static constexpr int Dc = Sl::Dc, XBytes = Sl::StageBytes, StageBytes = XBytes + kFusedTM * Dc * 2;
+  static constexpr int NT = 8;                                  // n-tiles of 8 columns in a warp's chunk
+  static constexpr int FnBytes = kFmWarps * NT * 3 * 32 * 8;   // [warp][n-tile][k-step][lane] {lo, hi}
+  static constexpr int CoefBytes = kFusedTM * kFmCoefStride * 4;
+  static_assert(Sl::Chunks * H4 == kFmWarps && kFusedTM == kFmWarps, "a chunk and a row per warp");
+  static_assert(StageBytes % 1024 == 0, "1024-byte stages (128-byte swizzle)");
+};
+
+constexpr size_t mix_fused_bwd_mma_smem_bytes() {
+  using F = FusedMmaBwd;
+  return size_t(kFmStages) * F::StageBytes + F::FnBytes  // x and g_y ring; fn's fragments
+         + size_t(3) * kFusedCluster * (1 + H4) * 8     // every CTA's partial row of token `rank` (fp64), x3
+         + size_t(3) * F::CoefBytes                      // the tile's coefficient rows, three tiles
+         + size_t(kFmStages + 3 + 3) * 8;                // mbarriers: ring stages, gpart and scoef slots
+}
+
+__global__ void __launch_bounds__(kFmThreads, 1) mix_fused_bwd_mma_kernel(const __grid_constant__ CUtensorMap xmap,
+                                                                          const __grid_constant__ CUtensorMap gmap,
+                                                                          FusedBwdArgs fa) {
+  using F = FusedMmaBwd;
+  using Sl = F::Sl;
+  constexpr int MP = PreKind::MP, CW = PreKind::CW, GW = PreKind::GW, NC = 1 + H4, D = 2 * kFusedHidden, K = H4 * D;
+  constexpr int CS = kFmCoefStride;
+  static_assert(MP == 24 && CW <= CS && GW <= 32, "the mixes are one k16 and one k8 step, three n-tiles of 8");
+  const MixBwdTokenArgs& a = fa.t;
+  const int rank = int(cooperative_groups::this_cluster().block_rank());
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
+  const ClusterTiles mine(a.tokens);
+
+  extern __shared__ __align__(1024) unsigned char fused_smem[];
+  unsigned char* ring = fused_smem;
+  uint2* fnf = reinterpret_cast<uint2*>(ring + size_t(kFmStages) * F::StageBytes);
+  double* gpart = reinterpret_cast<double*>(reinterpret_cast<unsigned char*>(fnf) + F::FnBytes);  // [3][CTA][NC]
+  float* scoef = reinterpret_cast<float*>(gpart + 3 * kFusedCluster * NC);                         // [3][row][CS]
+  uint64_t* landed = reinterpret_cast<uint64_t*>(scoef + 3 * kFusedTM * CS);                       // [stage]
+  uint64_t* rows_in = landed + kFmStages;  // [3]
+  uint64_t* coef_in = rows_in + 3;         // [3]
+  constexpr unsigned kRowBytes = kFusedCluster * NC * 8, kCoefBytes = kFusedCluster * CW * 4;
+
+  auto issue_tile = [&](int64_t tile, int st) {
+    unsigned char* dst = ring + size_t(st) * F::StageBytes;
+    mbar_expect_bytes(landed + st, F::StageBytes);
+    tma_load_4d(dst, &xmap, 0, int(tile * kFusedTM), rank * Sl::Chunks, 0, landed + st);
+    tma_load_4d(dst + F::XBytes, &gmap, 0, int(tile * kFusedTM), rank * Sl::Chunks, 0, landed + st);
+  };
+  if (tid == 0) {
+    for (int st = 0; st < kFmStages; ++st) mbar_init(landed + st, 1);
+    arm_slots(rows_in, 3, kRowBytes);
+    arm_slots(coef_in, 3, kCoefBytes);
+    mbar_init_fence();
+    for (int p = 0; p < kFmStages && p < mine.count; ++p) issue_tile(mine.tile(p), p);
+  }
+
+  // The warp's chunk: stream h, 64 positions of it, columns kw .. kw + 63 of x, fn and grad_x.
+  const int h = warp / Sl::Chunks, chunk = warp % Sl::Chunks;
+  const int kw = h * D + rank * F::Dc + chunk * 64;
+  // Every warp arrives at X(n) once per iteration n < count + 1: the compute warps at its end, the finisher at its
+  // start.
+  if (warp < kFmWarps) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kFmComputeRegs));
+    // The warp's fn fragments as dx_dfn_mma's B operands in two terms (k-step r: mixes 2q, 2q + 8 of the k16 step, 16
+    // + 2q of the k8), stored as the register pairs the MMAs take: for n-tile nt and lane (g, q), pair p of
+    // fnf[((warp * NT + nt) * 3 + p) * 32 + lane] is (lo_0, lo_1), (hi_0, hi_1), (lo_2, hi_2); a lane reads back only
+    // what it wrote. (As {lo, hi} per k-step, the pairs were re-formed by register moves, 4 an n-tile.)
+    const uint2* myfn = fnf + warp * F::NT * 3 * 32 + lane;
+#pragma unroll 1
+    for (int nt = 0; nt < F::NT; ++nt) {
+      const float* f = fa.fn + kw + 8 * nt + g;
+      const auto w = [&](int m) { return m < a.M ? __ldg(f + int64_t(m) * K) : 0.f; };
+      uint32_t t[3][2];
+#pragma unroll
+      for (int r = 0; r < 3; ++r) split_terms(w(2 * q + 8 * r), w(2 * q + 8 * r + 1), t[r]);
+      uint2* dst = fnf + (warp * F::NT + nt) * 3 * 32 + lane;
+      dst[0] = make_uint2(t[0][0], t[1][0]), dst[32] = make_uint2(t[0][1], t[1][1]);
+      dst[64] = make_uint2(t[2][0], t[2][1]);
+    }
+    // Byte offsets in a stage, computed once (Sl::at per use cost ~7 integer instructions an access): unit u of row r
+    // sits at line(h, r, chunk) + ((u ^ (r & 7)) << 4), and row r + 8 one kilobyte on with the same swizzle.
+    const unsigned a_off = Sl::at(0, warp, lane);                       // a: row `warp`, unit `lane`, stream 0
+    const unsigned e_x = Sl::line(h, g, chunk) + 4 * q, e_g = F::XBytes + Sl::line(0, g, chunk) + 4 * q;
+    const unsigned e_swz = (g & 7) << 4;                                 // epilogue: unit nt at e_swz ^ (nt << 4)
+    const int lm_r = (lane & 7) + 8 * (lane >> 4);                       // grad_fn's ldmatrix rows and units
+    const unsigned l_off = Sl::line(h, lm_r, chunk), l_swz = (((lane >> 3) & 1) ^ (lane & 7)) << 4;
+    const int s_r = lane >> 3, s_u = lane & 7;                           // the stores: rows s_r + 4j, unit s_u
+    const unsigned s_off0 = Sl::line(h, s_r, chunk) + ((s_u ^ s_r) << 4);
+    const unsigned s_off1 = Sl::line(h, s_r + 4, chunk) + ((s_u ^ (s_r + 4)) << 4);
+    cluster_arrive();
+    cluster_wait();
+    // grad_fn^T sums: [m-tile of 16 columns][n-tile of 8 mixes][4] (columns 16 mt + g (+8 for e >= 2), mixes 8 nt +
+    // 2q (+1 for odd e)).
+    float acc[4][3][4] = {};
+    for (int64_t n = 0; n < mine.count + 1; ++n) {
+      bool waited = n == 0;  // X(n-1), before this iteration's sends
+      if (n < mine.count) {
+        // a. Row `warp` of tile n: lane j takes unit j of g_y's slice and the same positions of every stream.
+        mbar_wait(landed + n % kFmStages, unsigned(n / kFmStages) & 1);
+        const unsigned char* xs = ring + size_t(n % kFmStages) * F::StageBytes + a_off;
+        const int row = warp;
+        double ss = 0, gp[H4];
+        const uint4 g4 = *reinterpret_cast<const uint4*>(xs + F::XBytes);
+        const uint32_t gw[4] = {g4.x, g4.y, g4.z, g4.w};
+#pragma unroll
+        for (int s = 0; s < H4; ++s) {
+          gp[s] = 0;
+          const uint4 x4 = *reinterpret_cast<const uint4*>(xs + Sl::line(s, 0, 0));
+          const uint32_t xw[4] = {x4.x, x4.y, x4.z, x4.w};
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const double x0 = bf_lo(xw[e]), x1 = bf_hi(xw[e]);
+            ss = fma(x0, x0, ss), ss = fma(x1, x1, ss);
+            gp[s] = fma(double(bf_lo(gw[e])), x0, gp[s]), gp[s] = fma(double(bf_hi(gw[e])), x1, gp[s]);
+          }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+          ss += __shfl_xor_sync(~0u, ss, o);
+#pragma unroll
+          for (int s = 0; s < H4; ++s) gp[s] += __shfl_xor_sync(~0u, gp[s], o);
+        }
+        double v = ss;
+#pragma unroll
+        for (int s = 0; s < H4; ++s) v = lane == 1 + s ? gp[s] : v;
+        if (n > 0) cluster_wait(), waited = true;
+        if (lane < NC)
+          st_async(cluster_addr(gpart + ((n % 3) * kFusedCluster + rank) * NC + lane, row), v,
+                   cluster_addr(rows_in + n % 3, row));
+      }
+      if (n >= 1) {
+        // c. Tile m = n - 1 from its ring stage, once every token's coefficients are in.
+        const int64_t m = n - 1;
+        mbar_wait<true>(coef_in + m % 3, unsigned(m / 3) & 1);
+        unsigned char* xs = ring + size_t(m % kFmStages) * F::StageBytes;
+        const float* cs = scoef + (m % 3) * kFusedTM * CS;
+
+        // grad_fn: x^T of the chunk's four m-tiles (ldmatrix.trans: matrices (columns +0/+8) x (tokens 0-7/8-15)).
+        uint32_t xa[4][4];
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt) ldmatrix_x4<true>(xa[mt], xs + l_off + (l_swz ^ (mt << 5)));
+#pragma unroll
+        for (int nt = 0; nt < 3; ++nt) {
+          const int mx = 8 * nt + g;
+          uint32_t b0[3], b1[3];  // tokens (2q, 2q+1) and (2q+8, 2q+9) of mix mx, three terms each
+          split_terms(cs[2 * q * CS + mx], cs[(2 * q + 1) * CS + mx], b0);
+          split_terms(cs[(2 * q + 8) * CS + mx], cs[(2 * q + 9) * CS + mx], b1);
+#pragma unroll
+          for (int mt = 0; mt < 4; ++mt) {
+            float d[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+            for (int s = 0; s < 3; ++s) mma16816(d, xa[mt], b0[s], b1[s]);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[mt][nt][e] = __fadd_rn(acc[mt][nt][e], d[e]);
+          }
+        }
+
+        // grad_x: coef rows g and g + 8 as A fragments in two terms: mixes 0-15 (k16) and 16-23 (k8).
+        uint32_t lo[4], hi[4], lo8[2], hi8[2];  // [k16 a0..a3], [k8 a0, a1]
+        {
+          const float* r0 = cs + g * CS + 2 * q;
+          const float* r8 = r0 + 8 * CS;
+          const float2 v[6] = {*reinterpret_cast<const float2*>(r0), *reinterpret_cast<const float2*>(r8),
+                               *reinterpret_cast<const float2*>(r0 + 8), *reinterpret_cast<const float2*>(r8 + 8),
+                               *reinterpret_cast<const float2*>(r0 + 16), *reinterpret_cast<const float2*>(r8 + 16)};
+#pragma unroll
+          for (int j = 0; j < 6; ++j) {
+            uint32_t t2[2];
+            split_terms(v[j].x, v[j].y, t2);
+            (j < 4 ? lo[j] : lo8[j - 4]) = t2[0], (j < 4 ? hi[j] : hi8[j - 4]) = t2[1];
+          }
+        }
+        const float c_lo = cs[g * CS + MP], c_hi = cs[(g + 8) * CS + MP];
+        const float p_lo = cs[g * CS + MP + 1 + h], p_hi = cs[(g + 8) * CS + MP + 1 + h];
+        // Two n-tiles at a time, their chains interleaved (one chain's six dependent MMAs left the tensor pipe idle
+        // between steps); each chain as dx_dfn_mma's: the small products first, lo x hi and hi x lo of both k-steps,
+        // then hi x hi.
+#pragma unroll
+        for (int nt = 0; nt < F::NT; nt += 2) {
+          uint2 fb[2][3];
+          float d[2][4] = {};
+#pragma unroll
+          for (int i = 0; i < 2; ++i)
+#pragma unroll
+            for (int p = 0; p < 3; ++p) fb[i][p] = myfn[((nt + i) * 3 + p) * 32];
+#pragma unroll
+          for (int i = 0; i < 2; ++i) mma16816(d[i], lo, fb[i][1].x, fb[i][1].y);
+#pragma unroll
+          for (int i = 0; i < 2; ++i) mma1688(d[i], lo8[0], lo8[1], fb[i][2].y);
+#pragma unroll
+          for (int i = 0; i < 2; ++i) mma16816(d[i], hi, fb[i][0].x, fb[i][0].y);
+#pragma unroll
+          for (int i = 0; i < 2; ++i) mma1688(d[i], hi8[0], hi8[1], fb[i][2].x);
+#pragma unroll
+          for (int i = 0; i < 2; ++i) mma1688(d[i], hi8[0], hi8[1], fb[i][2].y);
+#pragma unroll
+          for (int i = 0; i < 2; ++i) mma16816(d[i], hi, fb[i][1].x, fb[i][1].y);
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            // This lane's word q (columns 2q, 2q+1) of unit nt + i, rows g and g + 8: x in, grad_x back in its place.
+            const unsigned o = e_swz ^ ((nt + i) << 4);
+            uint32_t* x0 = reinterpret_cast<uint32_t*>(xs + e_x + o);
+            const uint32_t* g0 = reinterpret_cast<const uint32_t*>(xs + e_g + o);
+            const uint32_t w0 = x0[0], w8 = x0[256], y0 = g0[0], y8 = g0[256];  // row g + 8: 1024 bytes on
+            x0[0] = pack_bf2(fmaf(p_lo, bf_lo(y0), fmaf(-c_lo, bf_lo(w0), d[i][0])),
+                             fmaf(p_lo, bf_hi(y0), fmaf(-c_lo, bf_hi(w0), d[i][1])));
+            x0[256] = pack_bf2(fmaf(p_hi, bf_lo(y8), fmaf(-c_hi, bf_lo(w8), d[i][2])),
+                               fmaf(p_hi, bf_hi(y8), fmaf(-c_hi, bf_hi(w8), d[i][3])));
+          }
+        }
+        __syncwarp();
+        // The warp's grad_x tile: 16 rows x 8 units, four 16-byte stores a lane (a row's 128 bytes by 8 lanes).
+        bf16* out = fa.gx + (mine.tile(m) * kFusedTM + s_r) * K + kw + 8 * s_u;
+        const int64_t left = a.tokens - mine.tile(m) * kFusedTM - s_r;  // rows s_r + 4j < left are tokens
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          if (4 * j < left)
+            *reinterpret_cast<uint4*>(out + int64_t(4 * j) * K) =
+                *reinterpret_cast<const uint4*>(xs + (j & 1 ? s_off1 : s_off0) + (j >> 1) * 1024);
+        named_bar_sync(1, 32 * kFmWarps);  // every compute thread is past its reads of stage m % S and slot m % 3
+        if (tid == 0) {
+          mbar_expect_bytes(coef_in + m % 3, kCoefBytes);
+          if (m + kFmStages < mine.count) issue_tile(mine.tile(m + kFmStages), int(m % kFmStages));
+        }
+      }
+      if (!waited) cluster_wait();
+      cluster_arrive_relaxed();  // X(n)
+    }
+    cluster_wait();
+    float* p = fa.part + int64_t(mine.id) * a.M * K + kw;
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 3; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int mx = 8 * nt + 2 * q + (e & 1), col = 16 * mt + g + 8 * (e >> 1);
+          if (mx < a.M) p[int64_t(mx) * K + col] = acc[mt][nt][e];
+        }
+  } else {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kFmFinisherRegs));
+    cluster_arrive();
+    cluster_wait();
+    const float s0 = __ldg(a.scale), s1 = __ldg(a.scale + 1), s2 = __ldg(a.scale + 2);
+    const float base_m = lane < a.M ? __ldg(a.base + lane) : 0.f;
+    for (int64_t n = 0; n < mine.count + 1; ++n) {
+      if (n > 0) cluster_wait();
+      cluster_arrive_relaxed();  // X(n), before the work below
+      if (n >= mine.count || warp != kFmWarps) continue;
+      // b. Token `rank` of tile n: its gate inputs are loaded before the wait for its sums.
+      const int64_t t = mine.tile(n) * kFusedTM + rank;
+      const bool live = t < a.tokens;
+      const int H = a.H;
+      const float mix = live && lane < a.M ? a.mixes[t * a.M + lane] : 0.f;
+      const float g_post = live && lane >= H && lane < 2 * H ? a.g_post[t * H + lane - H] : 0.f;
+      const double g_comb = live && lane >= 2 * H && lane < a.M ? a.gate[t * GW + lane] : 0.0;
+      mbar_wait<true>(rows_in + n % 3, unsigned(n / 3) & 1);
+      if (lane == 0) mbar_expect_bytes(rows_in + n % 3, kRowBytes);
+      double red = 0;
+      if (lane < NC)
+        for (int c = 0; c < kFusedCluster; ++c) red += gpart[((n % 3) * kFusedCluster + c) * NC + lane];
+      float cf;
+      double gg;
+      PreKind::bwd_token_warp(red, mix, base_m, s0, s1, s2, g_post, g_comb, a, cf, gg);
+      if (!live) cf = 0.f;  // the tile's rows past the last token: zeros (x is zero there too)
+      float* dst = scoef + (n % 3) * kFusedTM * CS + rank * CS;
+#pragma unroll
+      for (int i = lane; i < kFusedCluster * CW; i += 32) {  // CTA i / CW, entry i % CW (from lane i % CW)
+        const float v = __shfl_sync(~0u, cf, i % CW);
+        st_async(cluster_addr(dst + i % CW, i / CW), v, cluster_addr(coef_in + n % 3, i / CW));
+      }
+      if (live && lane < GW) a.gate[t * GW + lane] = gg;
+    }
+    cluster_wait();  // no CTA leaves while another may still send into its shared memory
+  }
+}
+
+// The Sinkhorn's share of hc_pre's backward (PreKind::comb_backward, a thread per token) ahead of mix_fused_bwd_mma,
+// whose finisher reads it back from the gate rows: it needs neither x nor g_y.
+template <int HC>
+__global__ void __launch_bounds__(128) mix_comb_bwd_kernel(MixBwdTokenArgs a) {
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t < a.tokens) PreKind::comb_backward(t, a, HC);
+}
+
 __global__ void __launch_bounds__(256) sum_splits_kernel(const float* __restrict__ part, float* __restrict__ out,
                                                          int64_t n, int splits) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
@@ -2703,26 +3074,34 @@ void launch_mix_fused_fwd(MixKind kind, const void* x, const float* fn, const fl
 
 namespace {
 
-// The fused backward: hc_head only (hc_pre's 24 mixes need grad_x on the tensor cores); false: not compiled.
+// The fused backward's kernel for a kind and hidden, as f(kernel, shared memory bytes, threads, splits per cluster,
+// Dc): hc_head's mix_fused_bwd (hidden 2048 or 4096), hc_pre's mix_fused_bwd_mma (hidden 4096); false: none.
 template <typename F>
 bool with_fused_bwd(MixKind kind, int64_t hidden, F&& f) {
-  if (kind != MixKind::head || (hidden != kFusedHidden && hidden != 2 * kFusedHidden)) return false;
-  if (hidden == kFusedHidden) f(HeadKind{}, std::integral_constant<int, 1>{});
-  else f(HeadKind{}, std::integral_constant<int, 2>{});
+  if (kind == MixKind::pre) {
+    if (hidden != 2 * kFusedHidden) return false;
+    f(mix_fused_bwd_mma_kernel, mix_fused_bwd_mma_smem_bytes(), kFmThreads, 1, FusedMmaBwd::Dc);
+    return true;
+  }
+  const auto head = [&](auto bpw) {
+    constexpr int BPW = decltype(bpw)::value;
+    f(mix_fused_bwd_kernel<HeadKind, BPW>, mix_fused_bwd_smem_bytes<HeadKind, BPW>(), kFbThreads,
+      FusedBwdSlice<BPW>::Groups, FusedSlice<BPW>::Dc);
+  };
+  if (hidden == kFusedHidden) head(std::integral_constant<int, 1>{});
+  else if (hidden == 2 * kFusedHidden) head(std::integral_constant<int, 2>{});
+  else return false;
   return true;
 }
 
 int mix_fused_bwd_clusters(MixKind kind, int64_t hidden) {
   return once_per_device(std::make_pair(int(kind), hidden), [&] {
     int n = 0;
-    with_fused_bwd(kind, hidden, [&](auto kind_tag, auto bpw) {
-      using Kind = decltype(kind_tag);
-      auto kernel = mix_fused_bwd_kernel<Kind, decltype(bpw)::value>;
-      const int smem = int(mix_fused_bwd_smem_bytes<Kind, decltype(bpw)::value>());
-      if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
+    with_fused_bwd(kind, hidden, [&](auto kernel, size_t smem, int threads, int, int) {
+      if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess ||
           cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
         return;
-      const FusedLaunch launch(1, size_t(smem), nullptr, kFbThreads);
+      const FusedLaunch launch(1, smem, nullptr, threads);
       if (cudaOccupancyMaxActiveClusters(&n, kernel, &launch.cfg) != cudaSuccess) n = 0;
     });
     return n;
@@ -2741,26 +3120,34 @@ int mix_fused_bwd_splits(MixKind kind, int64_t tokens, int64_t hidden) {
   const int64_t tiles = (tokens + kFusedTM - 1) / kFusedTM;
   const int clusters = int(std::min<int64_t>(tiles, mix_fused_bwd_clusters(kind, hidden)));
   int groups = 0;
-  with_fused_bwd(kind, hidden, [&](auto, auto bpw) { groups = FusedBwdSlice<decltype(bpw)::value>::Groups; });
+  with_fused_bwd(kind, hidden, [&](auto, size_t, int, int g, int) { groups = g; });
   return clusters * groups;
 }
 
-void launch_mix_fused_bwd(MixKind kind, const void* x, const void* grad_y, const float* mixes, const float* fn,
-                          const float* base, const float* scale, double* gate_grads, void* grad_x, float* partial,
-                          int64_t tokens, int hc, int64_t hidden, MixConsts k, cudaStream_t stream) {
+void launch_mix_comb_bwd(const float* mixes, const float* grad_comb, const float* base, const float* scale,
+                         double* gate_grads, float* hist, int64_t tokens, int hc, MixConsts k, cudaStream_t stream) {
   check_hc(hc);
   if (tokens == 0) return;
-  const FusedBwdArgs fa{{mixes, nullptr, nullptr, nullptr, base, scale, nullptr, gate_grads, nullptr, tokens,
+  const MixBwdTokenArgs a{mixes, nullptr, nullptr, grad_comb, base, scale, nullptr, gate_grads, hist, tokens,
+                          0, hc, mix_rows(MixKind::pre, hc), k.hc_eps, k.rms_eps, k.post_mult, k.sinkhorn_iters};
+  with_hc(hc, [&](auto h) {
+    mix_comb_bwd_kernel<decltype(h)::value><<<ceil_div(tokens, 128), 128, 0, stream>>>(a);
+  });
+}
+
+void launch_mix_fused_bwd(MixKind kind, const void* x, const void* grad_y, const float* mixes, const float* grad_post,
+                          const float* fn, const float* base, const float* scale, double* gate_grads, void* grad_x,
+                          float* partial, int64_t tokens, int hc, int64_t hidden, MixConsts k, cudaStream_t stream) {
+  check_hc(hc);
+  if (tokens == 0) return;
+  const FusedBwdArgs fa{{mixes, nullptr, grad_post, nullptr, base, scale, nullptr, gate_grads, nullptr, tokens,
                          int(hc * hidden), hc, mix_rows(kind, hc), k.hc_eps, k.rms_eps, k.post_mult, k.sinkhorn_iters},
                         fn, static_cast<bf16*>(grad_x), partial};
   const int64_t tiles = (tokens + kFusedTM - 1) / kFusedTM;
   const int clusters = int(std::min<int64_t>(tiles, mix_fused_bwd_clusters(kind, hidden)));
-  with_fused_bwd(kind, hidden, [&](auto kind_tag, auto bpw) {
-    using Kind = decltype(kind_tag);
-    constexpr int BPW = decltype(bpw)::value;
-    const FusedLaunch launch(clusters, mix_fused_bwd_smem_bytes<Kind, BPW>(), stream, kFbThreads);
-    const int dc = FusedSlice<BPW>::Dc;
-    cudaLaunchKernelEx(&launch.cfg, mix_fused_bwd_kernel<Kind, BPW>, fused_x_map(x, tokens, hidden, dc),
+  with_fused_bwd(kind, hidden, [&](auto kernel, size_t smem, int threads, int, int dc) {
+    const FusedLaunch launch(clusters, smem, stream, threads);
+    cudaLaunchKernelEx(&launch.cfg, kernel, fused_x_map(x, tokens, hidden, dc),
                        fused_x_map(grad_y, tokens, hidden, dc, 1), fa);
   });
 }

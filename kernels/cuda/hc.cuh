@@ -78,17 +78,21 @@ void launch_mix_fused_fwd(MixKind kind, const void* x, const float* fn, const fl
 void launch_mix_post_comb(const float* mixes, const float* base, const float* scale, float* post, float* comb,
                           int64_t tokens, int hc, MixConsts k, cudaStream_t stream, bool one_thread_per_token = false);
 
-// ---- hc_head backward in one pass over x: mix_fused_bwd -> sum_splits + colsum ------------------------------------
-// What reduce -> token -> dx_dfn compute (gate_grads rows as theirs; grad_x by the same expression), with x and
+// ---- hc_pre / hc_head backward in one pass over x: [comb_bwd ->] mix_fused_bwd -> sum_splits + colsum -------------
+// What reduce -> token -> dx_dfn compute (gate_grads rows as theirs; grad_x by the same expressions), with x and
 // grad_y read once: clusters of 16 CTAs hold a tile of 16 tokens. partial: [mix_fused_bwd_splits, M, H*D], for
-// launch_sum_splits. Fits hc_head, bf16 streams, hc 4, hidden 2048 or 4096, 16-byte aligned x, grad_y and
-// grad_x, on a device that runs clusters of 16 CTAs (Hopper); elsewhere the two-pass kernels below.
+// launch_sum_splits. Fits bf16 streams, hc 4, hidden 2048 or 4096 (hc_head) or 4096 (hc_pre), 16-byte aligned x,
+// grad_y and grad_x, on a device that runs clusters of 16 CTAs (Hopper); elsewhere the two-pass kernels below.
+// hc_pre: launch_mix_comb_bwd first (the Sinkhorn backward into gate_grads' comb entries, which the fused kernel reads
+// back), and grad_post; hc_head: grad_post null.
 bool mix_fused_bwd_fits(MixKind kind, Dtype dt, const void* x, const void* grad_y, const void* grad_x, int hc,
                         int64_t hidden);
 int mix_fused_bwd_splits(MixKind kind, int64_t tokens, int64_t hidden);
-void launch_mix_fused_bwd(MixKind kind, const void* x, const void* grad_y, const float* mixes, const float* fn,
-                          const float* base, const float* scale, double* gate_grads, void* grad_x, float* partial,
-                          int64_t tokens, int hc, int64_t hidden, MixConsts k, cudaStream_t stream);
+void launch_mix_comb_bwd(const float* mixes, const float* grad_comb, const float* base, const float* scale,
+                         double* gate_grads, float* hist, int64_t tokens, int hc, MixConsts k, cudaStream_t stream);
+void launch_mix_fused_bwd(MixKind kind, const void* x, const void* grad_y, const float* mixes, const float* grad_post,
+                          const float* fn, const float* base, const float* scale, double* gate_grads, void* grad_x,
+                          float* partial, int64_t tokens, int hc, int64_t hidden, MixConsts k, cudaStream_t stream);
 
 // ---- hc_pre / hc_head backward: reduce -> token -> dx_dfn -> sum_splits + colsum ---------------------------------
 // red[t] = { sum x^2, <grad_y, x_h> for h < H }   (red: [T, 1+H], fp64); hc_pre also the Sinkhorn backward, which

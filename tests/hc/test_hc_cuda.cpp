@@ -275,6 +275,123 @@ TEST(HcFusedForward, TakenAtV4DimsOnHopperOnly) {
 #endif
 }
 
+// Where the one-pass backward can run: hc_head at hidden 2048 and 4096 (the bridge takes it there), hc_pre at 4096
+// (mix_fused_bwd_mma, held to the two-pass kernels by the test below), bf16, hc 4, 16-byte aligned tensors, Hopper.
+TEST(HcFusedBackward, TakenAtV4DimsOnHopperOnly) {
+  if (const auto why = skip_reason()) GTEST_SKIP() << *why;
+#ifdef PARITY_WITH_CUDA
+  namespace kc = cuda;
+  const at::Tensor buf = at::empty({64}, at::TensorOptions().dtype(at::kBFloat16).device(gpu()));
+  const void* p = buf.data_ptr();
+  const void* off = static_cast<const char*>(p) + 2;
+  const bool hopper = at::cuda::getCurrentDeviceProperties()->major == 9;
+  for (const kc::MixKind kind : {kc::MixKind::pre, kc::MixKind::head}) {
+    const bool pre = kind == kc::MixKind::pre;
+    EXPECT_EQ(kc::mix_fused_bwd_fits(kind, kc::Dtype::bf16, p, p, p, 4, 4096), hopper);
+    EXPECT_EQ(kc::mix_fused_bwd_fits(kind, kc::Dtype::bf16, p, p, p, 4, 2048), hopper && !pre);
+    EXPECT_FALSE(kc::mix_fused_bwd_fits(kind, kc::Dtype::fp32, p, p, p, 4, 4096));
+    EXPECT_FALSE(kc::mix_fused_bwd_fits(kind, kc::Dtype::bf16, p, p, p, 3, 4096));
+    EXPECT_FALSE(kc::mix_fused_bwd_fits(kind, kc::Dtype::bf16, p, p, p, 4, 1024));
+    EXPECT_FALSE(kc::mix_fused_bwd_fits(kind, kc::Dtype::bf16, off, p, p, 4, 4096));
+    EXPECT_FALSE(kc::mix_fused_bwd_fits(kind, kc::Dtype::bf16, p, off, p, 4, 4096));
+    EXPECT_FALSE(kc::mix_fused_bwd_fits(kind, kc::Dtype::bf16, p, p, off, 4, 4096));
+  }
+#endif
+}
+
+// hc_pre's one-pass backward (mix_comb_bwd, mix_fused_bwd_mma) against the two-pass kernels (reduce, token,
+// dx_dfn_mma), which the cases hold to the reference: both compute grad_x by the same expression from the same
+// coefficients, whose fp64 row sums differ only in their order, so grad_x may differ by a bf16 ULP where a coefficient
+// lands on another fp32 rounding (on the H200: no element of 4.3M or 67M did); grad_fn sums its tokens in other splits;
+// grad_base and grad_scale sum the same fp64 gate rows. 257 tokens: 17 tiles over 7 clusters, the last tile one token;
+// 4099: the ring and the slots wrap many times, the last tile three tokens.
+TEST(HcFusedBackward, PreOnePassAgreesWithTwoPass) {
+  if (const auto why = skip_reason()) GTEST_SKIP() << *why;
+#ifdef PARITY_WITH_CUDA
+  namespace kc = cuda;
+  constexpr int kHc = 4, kMixes = 2 * kHc + kHc * kHc;
+  constexpr int64_t kHidden = 4096, kK = kHc * kHidden;
+  const at::Tensor probe = at::empty({64}, at::TensorOptions().dtype(at::kBFloat16).device(gpu()));
+  if (!kc::mix_fused_bwd_fits(kc::MixKind::pre, kc::Dtype::bf16, probe.data_ptr(), probe.data_ptr(), probe.data_ptr(),
+                              kHc, kHidden))
+    GTEST_SKIP() << "no one-pass backward on this device (it needs clusters of 16 CTAs: Hopper)";
+  const auto f32 = at::TensorOptions().dtype(at::kFloat).device(gpu());
+  const auto f64 = at::TensorOptions().dtype(at::kDouble).device(gpu());
+  const kc::MixConsts k{1e-6f, 1e-6f, 2.f, 20};
+  const cudaStream_t s = at::cuda::getCurrentCUDAStream();
+  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  for (const int64_t tokens : {int64_t{257}, int64_t{4099}}) {
+    at::manual_seed(kSeed + tokens);
+    const at::Tensor x = at::randn({tokens, kHc, kHidden}, f32).to(at::kBFloat16);
+    const at::Tensor gy = at::randn({tokens, kHidden}, f32).to(at::kBFloat16);
+    const at::Tensor mixes = at::randn({tokens, kMixes}, f32), fn = at::randn({kMixes, kK}, f32) * 0.02;
+    const at::Tensor base = at::randn({kMixes}, f32), scale = at::randn({3}, f32) * 0.3 + 1.0;
+    const at::Tensor g_post = at::randn({tokens, kHc}, f32), g_comb = at::randn({tokens, kHc, kHc}, f32);
+    const auto run = [&](bool one_pass) {
+      constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();  // poison: every element must be written
+      at::Tensor gx = at::full({tokens, kHc, kHidden}, kNaN, f32).to(at::kBFloat16);
+      at::Tensor gfn = at::full({kMixes, kK}, kNaN, f32), gbase = at::full({kMixes}, kNaN, f32);
+      at::Tensor gscale = at::full({3}, kNaN, f32);
+      at::Tensor gate = at::empty({tokens, kc::mix_gate_width(kc::MixKind::pre)}, f64);
+      at::Tensor hist = at::empty({kc::sinkhorn_hist_floats(tokens, kHc, k.sinkhorn_iters)}, f32);
+      const int splits = one_pass ? kc::mix_fused_bwd_splits(kc::MixKind::pre, tokens, kHidden)
+                                  : kc::mix_bwd_splits(kc::MixKind::pre, kc::Dtype::bf16, tokens, kHc, kHidden, sms);
+      at::Tensor part = at::empty({splits, kMixes, kK}, f32);
+      if (one_pass) {
+        kc::launch_mix_comb_bwd(mixes.data_ptr<float>(), g_comb.data_ptr<float>(), base.data_ptr<float>(),
+                                scale.data_ptr<float>(), gate.data_ptr<double>(), hist.data_ptr<float>(), tokens, kHc,
+                                k, s);
+        kc::launch_mix_fused_bwd(kc::MixKind::pre, x.data_ptr(), gy.data_ptr(), mixes.data_ptr<float>(),
+                                 g_post.data_ptr<float>(), fn.data_ptr<float>(), base.data_ptr<float>(),
+                                 scale.data_ptr<float>(), gate.data_ptr<double>(), gx.data_ptr(),
+                                 part.data_ptr<float>(), tokens, kHc, kHidden, k, s);
+      } else {
+        at::Tensor red = at::empty({tokens, 1 + kHc}, f64);
+        at::Tensor coef = at::empty({tokens, kc::mix_coef_width(kc::MixKind::pre)}, f32);
+        kc::launch_mix_bwd_reduce(kc::MixKind::pre, kc::Dtype::bf16, x.data_ptr(), gy.data_ptr(),
+                                  red.data_ptr<double>(), mixes.data_ptr<float>(), g_comb.data_ptr<float>(),
+                                  base.data_ptr<float>(), scale.data_ptr<float>(), gate.data_ptr<double>(),
+                                  hist.data_ptr<float>(), tokens, kHc, kHidden, k, s);
+        kc::launch_mix_bwd_token(kc::MixKind::pre, mixes.data_ptr<float>(), red.data_ptr<double>(),
+                                 g_post.data_ptr<float>(), base.data_ptr<float>(), scale.data_ptr<float>(),
+                                 coef.data_ptr<float>(), gate.data_ptr<double>(), tokens, kHc, kHidden, k, s);
+        kc::launch_mix_bwd_dx_dfn(kc::MixKind::pre, kc::Dtype::bf16, x.data_ptr(), gy.data_ptr(),
+                                  coef.data_ptr<float>(), fn.data_ptr<float>(), gx.data_ptr(), part.data_ptr<float>(),
+                                  tokens, kHc, kHidden, splits, s);
+      }
+      kc::launch_sum_splits(part.data_ptr<float>(), gfn.data_ptr<float>(), kMixes * kK, splits, s);
+      kc::launch_mix_bwd_colsum(kc::MixKind::pre, gate.data_ptr<double>(), tokens, kHc, gbase.data_ptr<float>(),
+                                gscale.data_ptr<float>(), s);
+      EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      return std::vector<at::Tensor>{gx.cpu(), gfn.cpu(), gbase.cpu(), gscale.cpu()};
+    };
+    const std::vector<at::Tensor> one = run(true), two = run(false);
+    const std::string at_shape = fmt::format("{} tokens", tokens);
+    // grad_x: every element written (no NaN left of the poison), and within one bf16 ULP of the two-pass one.
+    const auto* a = static_cast<const int16_t*>(one[0].data_ptr());
+    const auto* b = static_cast<const int16_t*>(two[0].data_ptr());
+    int64_t unwritten = 0, differ = 0, far = 0;
+    for (int64_t e = 0; e < one[0].numel(); ++e) {
+      unwritten += (a[e] & 0x7f80) == 0x7f80 && (a[e] & 0x7f) != 0;
+      if (a[e] == b[e]) continue;
+      ++differ;
+      const auto key = [](int16_t v) { return v < 0 ? -int32_t(v & 0x7fff) : int32_t(v); };
+      far += std::abs(key(a[e]) - key(b[e])) > 1;
+    }
+    EXPECT_EQ(unwritten, 0) << at_shape;
+    EXPECT_EQ(far, 0) << at_shape << ": grad_x elements more than 1 ULP from the two-pass path (" << differ
+                      << " differ at all, of " << one[0].numel() << ")";
+    // grad_fn, grad_base, grad_scale: fp32 sums of the same products in other orders.
+    for (int o = 1; o < 4; ++o) {
+      EXPECT_FALSE(one[o].isnan().any().item<bool>()) << at_shape << ", output " << o;
+      const double scale_of = two[o].abs().max().item<double>();
+      const double worst = (one[o] - two[o]).abs().max().item<double>();
+      EXPECT_LE(worst, 1e-5 * scale_of) << at_shape << ", output " << o << " (1 grad_fn, 2 grad_base, 3 grad_scale)";
+    }
+  }
+#endif
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // The Sinkhorn's division: one reciprocal per line and one range check instead of `/` per element
 // ---------------------------------------------------------------------------------------------------------------
