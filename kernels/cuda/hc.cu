@@ -2270,6 +2270,70 @@ bool dx_dfn_mma_ready() {
 // iteration n; the finisher at its start, so that its token (fp64 sigmoids on one thread) is off the barrier's
 // chain: its reads of a partial-row slot, in iteration m + 1, then still come before the slot's next sends (tile
 // m + 3, after X(m + 2)), as the slots rotate three deep.
+// The fused backwards' per-tile exchange (mix_fused_bwd, mix_fused_bwd_mma), in three pieces:
+// a. Row `row`'s sums over a stage of this CTA's slice (x's streams, then g_y's one, FusedSlice<BPW>'s layout): sum x^2
+//    and <g_y, x_h>, fp64 from exact products as mix_bwd_reduce, by RT lanes (an aligned group of the warp), lane j of
+//    the group taking units j, j + RT, ... of g_y's slice and the same positions of every stream. Returns partial row
+//    entry j (sum x^2, then <g_y, x_h>) in lane j < 1 + H4 of the group.
+template <int BPW, int RT>
+__device__ __forceinline__ double fused_row_sums(const unsigned char* stage, int row, int j) {
+  using Sl = FusedSlice<BPW>;
+  double ss = 0, gp[H4];
+#pragma unroll
+  for (int h = 0; h < H4; ++h) gp[h] = 0;
+#pragma unroll
+  for (int i = 0; i < Sl::Dc / 8 / RT; ++i) {
+    const int u = j + i * RT;
+    const uint4 g4 = *reinterpret_cast<const uint4*>(stage + Sl::StageBytes + Sl::at(0, row, u));
+    const uint32_t gw[4] = {g4.x, g4.y, g4.z, g4.w};
+#pragma unroll
+    for (int h = 0; h < H4; ++h) {
+      const uint4 x4 = *reinterpret_cast<const uint4*>(stage + Sl::at(h, row, u));
+      const uint32_t xw[4] = {x4.x, x4.y, x4.z, x4.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const double x0 = bf_lo(xw[e]), x1 = bf_hi(xw[e]);
+        ss = fma(x0, x0, ss), ss = fma(x1, x1, ss);
+        gp[h] = fma(double(bf_lo(gw[e])), x0, gp[h]), gp[h] = fma(double(bf_hi(gw[e])), x1, gp[h]);
+      }
+    }
+  }
+#pragma unroll
+  for (int o = RT / 2; o > 0; o >>= 1) {
+    ss += __shfl_xor_sync(~0u, ss, o);
+#pragma unroll
+    for (int h = 0; h < H4; ++h) gp[h] += __shfl_xor_sync(~0u, gp[h], o);
+  }
+  double v = ss;
+#pragma unroll
+  for (int h = 0; h < H4; ++h) v = j == 1 + h ? gp[h] : v;
+  return v;
+}
+// ...sent to CTA `row`, into its slot of every CTA's partial row of the token (slot: [CTA][1 + H4] fp64).
+__device__ __forceinline__ void send_row_entry(double* slot, uint64_t* rows_in, int rank, int row, int j, double v) {
+  if (j < 1 + H4) st_async(cluster_addr(slot + rank * (1 + H4) + j, row), v, cluster_addr(rows_in, row));
+}
+// b. The finisher: token `rank`'s partial rows summed in rank order (entry `lane` in lanes < 1 + H4), once they are
+//    in; the slot is re-armed for its next tile. After the token's gate backward,
+// c. its coefficient row (entry e in lane e < CW) goes into row `rank` of every CTA's slot (`row` points there).
+__device__ __forceinline__ double gather_rows(const double* slot, uint64_t* rows_in, unsigned parity) {
+  const int lane = threadIdx.x & 31;
+  mbar_wait<true>(rows_in, parity);
+  if (lane == 0) mbar_expect_bytes(rows_in, kFusedCluster * (1 + H4) * 8);
+  double red = 0;
+  if (lane < 1 + H4)
+    for (int c = 0; c < kFusedCluster; ++c) red += slot[c * (1 + H4) + lane];
+  return red;
+}
+template <int CW>
+__device__ __forceinline__ void broadcast_coef(float* row, uint64_t* coef_in, float cf) {
+#pragma unroll
+  for (int i = threadIdx.x & 31; i < kFusedCluster * CW; i += 32) {  // CTA i / CW, entry i % CW (from lane i % CW)
+    const float v = __shfl_sync(~0u, cf, i % CW);
+    st_async(cluster_addr(row + i % CW, i / CW), v, cluster_addr(coef_in, i / CW));
+  }
+}
+
 constexpr int kFbWarps = 8, kFbThreads = 32 * (kFbWarps + 1), kFbStages = 5;
 
 template <int BPW>
@@ -2357,41 +2421,10 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
       if (n < mine.count) {
         // a. Row `row`: RowThreads lanes, each BPW units of g_y's slice and the same positions of every stream.
         mbar_wait(landed + n % kFbStages, unsigned(n / kFbStages) & 1);
-        const unsigned char* xs = ring + size_t(n % kFbStages) * Sb::StageBytes;
         const int row = tid / Sb::RowThreads, j = tid % Sb::RowThreads;
-        double ss = 0, gp[H4];
-#pragma unroll
-        for (int h = 0; h < H4; ++h) gp[h] = 0;
-#pragma unroll
-        for (int i = 0; i < Sb::Dc / 8 / Sb::RowThreads; ++i) {
-          const int u = j + i * Sb::RowThreads;
-          const uint4 g4 = *reinterpret_cast<const uint4*>(xs + Sb::XBytes + Sl::at(0, row, u));
-          const uint32_t gw[4] = {g4.x, g4.y, g4.z, g4.w};
-#pragma unroll
-          for (int h = 0; h < H4; ++h) {
-            const uint4 x4 = *reinterpret_cast<const uint4*>(xs + Sl::at(h, row, u));
-            const uint32_t xw[4] = {x4.x, x4.y, x4.z, x4.w};
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const double x0 = bf_lo(xw[e]), x1 = bf_hi(xw[e]);
-              ss = fma(x0, x0, ss), ss = fma(x1, x1, ss);
-              gp[h] = fma(double(bf_lo(gw[e])), x0, gp[h]), gp[h] = fma(double(bf_hi(gw[e])), x1, gp[h]);
-            }
-          }
-        }
-#pragma unroll
-        for (int o = Sb::RowThreads / 2; o > 0; o >>= 1) {
-          ss += __shfl_xor_sync(~0u, ss, o);
-#pragma unroll
-          for (int h = 0; h < H4; ++h) gp[h] += __shfl_xor_sync(~0u, gp[h], o);
-        }
-        double v = ss;
-#pragma unroll
-        for (int h = 0; h < H4; ++h) v = j == 1 + h ? gp[h] : v;
+        const double v = fused_row_sums<BPW, Sb::RowThreads>(ring + size_t(n % kFbStages) * Sb::StageBytes, row, j);
         if (n > 0) cluster_wait(), waited = true;
-        if (j < NC)
-          st_async(cluster_addr(gpart + ((n % 3) * kFusedCluster + rank) * NC + j, row), v,
-                   cluster_addr(rows_in + n % 3, row));
+        send_row_entry(gpart + (n % 3) * kFusedCluster * NC, rows_in + n % 3, rank, row, j, v);
       }
       if (n >= 2) {
         // c. Tile m = n - 2 from its ring stage, once every token's coefficients are in.
@@ -2435,21 +2468,12 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
       const int64_t t = mine.tile(m) * kFusedTM + rank;
       const bool live = t < a.tokens;
       const float mix = live && lane < a.H ? a.mixes[t * a.H + lane] : 0.f;
-      mbar_wait<true>(rows_in + m % 3, unsigned(m / 3) & 1);
-      if (lane == 0) mbar_expect_bytes(rows_in + m % 3, kRowBytes);
-      double red = 0;
-      if (lane < NC)
-        for (int c = 0; c < kFusedCluster; ++c) red += gpart[((m % 3) * kFusedCluster + c) * NC + lane];
+      const double red = gather_rows(gpart + (m % 3) * kFusedCluster * NC, rows_in + m % 3, unsigned(m / 3) & 1);
       float cf;
       double gg;
       Kind::bwd_token_warp(red, mix, gate_base, gate_scale, K, a.rms_eps, a.hc_eps, a.H, cf, gg);
       if (!live) cf = 0.f;  // the tile's rows past the last token: zeros (x is zero there too)
-      float* dst = scoef + (m % 3) * kFusedTM * CW + rank * CW;
-#pragma unroll
-      for (int i = lane; i < kFusedCluster * CW; i += 32) {  // CTA i / CW, entry i % CW (from lane i % CW)
-        const float v = __shfl_sync(~0u, cf, i % CW);
-        st_async(cluster_addr(dst + i % CW, i / CW), v, cluster_addr(coef_in + m % 3, i / CW));
-      }
+      broadcast_coef<CW>(scoef + (m % 3) * kFusedTM * CW + rank * CW, coef_in + m % 3, cf);
       if (live && lane < Kind::GW) a.gate[t * Kind::GW + lane] = gg;
     }
   }
@@ -2602,36 +2626,9 @@ __global__ void __launch_bounds__(kFmThreads, 1) mix_fused_bwd_mma_kernel(const 
       if (n < mine.count) {
         // a. Row `warp` of tile n: lane j takes unit j of g_y's slice and the same positions of every stream.
         mbar_wait(landed + n % kFmStages, unsigned(n / kFmStages) & 1);
-        const unsigned char* xs = ring + size_t(n % kFmStages) * F::StageBytes + a_off;
-        const int row = warp;
-        double ss = 0, gp[H4];
-        const uint4 g4 = *reinterpret_cast<const uint4*>(xs + F::XBytes);
-        const uint32_t gw[4] = {g4.x, g4.y, g4.z, g4.w};
-#pragma unroll
-        for (int s = 0; s < H4; ++s) {
-          gp[s] = 0;
-          const uint4 x4 = *reinterpret_cast<const uint4*>(xs + Sl::line(s, 0, 0));
-          const uint32_t xw[4] = {x4.x, x4.y, x4.z, x4.w};
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const double x0 = bf_lo(xw[e]), x1 = bf_hi(xw[e]);
-            ss = fma(x0, x0, ss), ss = fma(x1, x1, ss);
-            gp[s] = fma(double(bf_lo(gw[e])), x0, gp[s]), gp[s] = fma(double(bf_hi(gw[e])), x1, gp[s]);
-          }
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-          ss += __shfl_xor_sync(~0u, ss, o);
-#pragma unroll
-          for (int s = 0; s < H4; ++s) gp[s] += __shfl_xor_sync(~0u, gp[s], o);
-        }
-        double v = ss;
-#pragma unroll
-        for (int s = 0; s < H4; ++s) v = lane == 1 + s ? gp[s] : v;
+        const double v = fused_row_sums<2, 32>(ring + size_t(n % kFmStages) * F::StageBytes, warp, lane);
         if (n > 0) cluster_wait(), waited = true;
-        if (lane < NC)
-          st_async(cluster_addr(gpart + ((n % 3) * kFusedCluster + rank) * NC + lane, row), v,
-                   cluster_addr(rows_in + n % 3, row));
+        send_row_entry(gpart + (n % 3) * kFusedCluster * NC, rows_in + n % 3, rank, warp, lane, v);
       }
       if (n >= 1) {
         // c. Tile m = n - 1 from its ring stage, once every token's coefficients are in.
@@ -2759,21 +2756,12 @@ __global__ void __launch_bounds__(kFmThreads, 1) mix_fused_bwd_mma_kernel(const 
       const float mix = live && lane < a.M ? a.mixes[t * a.M + lane] : 0.f;
       const float g_post = live && lane >= H && lane < 2 * H ? a.g_post[t * H + lane - H] : 0.f;
       const double g_comb = live && lane >= 2 * H && lane < a.M ? a.gate[t * GW + lane] : 0.0;
-      mbar_wait<true>(rows_in + n % 3, unsigned(n / 3) & 1);
-      if (lane == 0) mbar_expect_bytes(rows_in + n % 3, kRowBytes);
-      double red = 0;
-      if (lane < NC)
-        for (int c = 0; c < kFusedCluster; ++c) red += gpart[((n % 3) * kFusedCluster + c) * NC + lane];
+      const double red = gather_rows(gpart + (n % 3) * kFusedCluster * NC, rows_in + n % 3, unsigned(n / 3) & 1);
       float cf;
       double gg;
       PreKind::bwd_token_warp(red, mix, base_m, s0, s1, s2, g_post, g_comb, a, cf, gg);
       if (!live) cf = 0.f;  // the tile's rows past the last token: zeros (x is zero there too)
-      float* dst = scoef + (n % 3) * kFusedTM * CS + rank * CS;
-#pragma unroll
-      for (int i = lane; i < kFusedCluster * CW; i += 32) {  // CTA i / CW, entry i % CW (from lane i % CW)
-        const float v = __shfl_sync(~0u, cf, i % CW);
-        st_async(cluster_addr(dst + i % CW, i / CW), v, cluster_addr(coef_in + n % 3, i / CW));
-      }
+      broadcast_coef<CW>(scoef + (n % 3) * kFusedTM * CS + rank * CS, coef_in + n % 3, cf);
       if (live && lane < GW) a.gate[t * GW + lane] = gg;
     }
     cluster_wait();  // no CTA leaves while another may still send into its shared memory
