@@ -2061,6 +2061,88 @@ __device__ __forceinline__ void mma1688(float (&d)[4], uint32_t a0, uint32_t a1,
 template <int RowBytes>
 __device__ __forceinline__ int dx_chunk(int r, int c) { return r * RowBytes + ((c ^ (r & 7)) << 4); }
 
+// The tensor-core pieces of hc_pre's dx_dfn, shared by mix_bwd_dx_dfn_mma and mix_fused_bwd_mma: the 24 mixes are
+// one k16 step (0-15) and one k8 step (16-23); a coefficient row is `stride` floats (r g_mixes, c, pre_h).
+//
+// fn's B fragments of an n-tile (columns f .. f + 7, lane (g, q): column g) in two terms, as the register pairs the
+// MMAs take: the k16 step's (b0, b1) of each term and the k8 step's b0 of both.
+struct FnFrag {
+  uint2 lo, hi, k8;  // k8 = {lo, hi}
+};
+__device__ __forceinline__ FnFrag fn_fragment(const float* f, int64_t K, int M, int q, bool live) {
+  const auto w = [&](int m) { return live && m < M ? __ldg(f + int64_t(m) * K) : 0.f; };
+  uint32_t t[3][2];  // k-step r: mixes 2q + 8r, 2q + 8r + 1
+#pragma unroll
+  for (int r = 0; r < 3; ++r) split_terms(w(2 * q + 8 * r), w(2 * q + 8 * r + 1), t[r]);
+  return {make_uint2(t[0][0], t[1][0]), make_uint2(t[0][1], t[1][1]), make_uint2(t[2][0], t[2][1])};
+}
+// Coefficient rows g and g + 8 as A fragments in two terms (hi + lo holds 16 significant bits).
+struct CoefFrag {
+  uint32_t lo[4], hi[4], lo8[2], hi8[2];  // k16 a0..a3, k8 a0, a1
+};
+__device__ __forceinline__ CoefFrag coef_fragment(const float* cs, int stride, int g, int q) {
+  const float* r0 = cs + g * stride + 2 * q;
+  const float* r8 = r0 + 8 * stride;
+  const float2 v[6] = {*reinterpret_cast<const float2*>(r0), *reinterpret_cast<const float2*>(r8),
+                       *reinterpret_cast<const float2*>(r0 + 8), *reinterpret_cast<const float2*>(r8 + 8),
+                       *reinterpret_cast<const float2*>(r0 + 16), *reinterpret_cast<const float2*>(r8 + 16)};
+  CoefFrag a;
+#pragma unroll
+  for (int j = 0; j < 6; ++j) {
+    uint32_t t2[2];
+    split_terms(v[j].x, v[j].y, t2);
+    (j < 4 ? a.lo[j] : a.lo8[j - 4]) = t2[0], (j < 4 ? a.hi[j] : a.hi8[j - 4]) = t2[1];
+  }
+  return a;
+}
+// grad_x tiles [16 tokens x 8 columns] = coef @ fn of N n-tiles, each a chain from zero with the small products
+// first: lo x hi and hi x lo of both k-steps, then hi x hi; the chains interleaved step by step (one chain alone left
+// the tensor pipe idle between its dependent MMAs).
+template <int N>
+__device__ __forceinline__ void grad_x_mma(float (&d)[N][4], const CoefFrag& a, const FnFrag (&b)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) d[i][0] = d[i][1] = d[i][2] = d[i][3] = 0.f;
+#pragma unroll
+  for (int i = 0; i < N; ++i) mma16816(d[i], a.lo, b[i].hi.x, b[i].hi.y);
+#pragma unroll
+  for (int i = 0; i < N; ++i) mma1688(d[i], a.lo8[0], a.lo8[1], b[i].k8.y);
+#pragma unroll
+  for (int i = 0; i < N; ++i) mma16816(d[i], a.hi, b[i].lo.x, b[i].lo.y);
+#pragma unroll
+  for (int i = 0; i < N; ++i) mma1688(d[i], a.hi8[0], a.hi8[1], b[i].k8.x);
+#pragma unroll
+  for (int i = 0; i < N; ++i) mma1688(d[i], a.hi8[0], a.hi8[1], b[i].k8.y);
+#pragma unroll
+  for (int i = 0; i < N; ++i) mma16816(d[i], a.hi, b[i].hi.x, b[i].hi.y);
+}
+// grad_fn^T [MT m-tiles of 16 columns x 24 mixes] += x^T [columns x 16 tokens] @ coef [16 tokens x 24 mixes]: xa the
+// m-tiles' A fragments (ldmatrix.trans of the token-major x tile), coef split exactly into three bf16 terms, so every
+// product is exact; per n-tile the three terms chain from zero and the result is added to the fp32 sums with
+// round-to-nearest (the tensor cores' accumulation truncates: see mma_bf16_split3).
+template <int MT>
+__device__ __forceinline__ void grad_fn_mma(float (&acc)[MT][3][4], const uint32_t (&xa)[MT][4], const float* cs,
+                                            int stride, int g, int q) {
+#pragma unroll
+  for (int nt = 0; nt < 3; ++nt) {
+    const int m = 8 * nt + g;
+    uint32_t b0[3], b1[3];  // tokens (2q, 2q+1) and (2q+8, 2q+9) of mix m, three terms each
+    split_terms(cs[2 * q * stride + m], cs[(2 * q + 1) * stride + m], b0);
+    split_terms(cs[(2 * q + 8) * stride + m], cs[(2 * q + 9) * stride + m], b1);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      float d[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int t = 0; t < 3; ++t) mma16816(d, xa[mt], b0[t], b1[t]);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = __fadd_rn(acc[mt][nt][e], d[e]);
+    }
+  }
+}
+// A word of grad_x (two columns of a row, bf16) from the same word of x and of g_y: d - c x + p g_y, one rounding.
+__device__ __forceinline__ uint32_t dx_word(float d0, float d1, float c, uint32_t x, float p, uint32_t gy) {
+  return pack_bf2(fmaf(p, bf_lo(gy), fmaf(-c, bf_lo(x), d0)), fmaf(p, bf_hi(gy), fmaf(-c, bf_hi(x), d1)));
+}
+
 __global__ void __launch_bounds__(kDxMmaThreads, 2)
     mix_bwd_dx_dfn_mma_kernel(const bf16* __restrict__ x, const bf16* __restrict__ gy, const float* __restrict__ coef,
                               const float* __restrict__ fn, bf16* __restrict__ gx, float* __restrict__ part,
@@ -2078,20 +2160,10 @@ __global__ void __launch_bounds__(kDxMmaThreads, 2)
   const int tiles = te > tb ? int((te - tb + kDxMmaTM - 1) / kDxMmaTM) : 0;
   extern __shared__ __align__(16) unsigned char smem[];
 
-  // fn's 4 n-tiles of this warp as B fragments in two terms, for the whole launch: [n-tile][term][k16 0, k16 1, k8].
-  uint32_t fb[4][2][3];
+  // fn's 4 n-tiles of this warp as B fragments in two terms, for the whole launch.
+  FnFrag fb[4];
 #pragma unroll
-  for (int nt = 0; nt < 4; ++nt) {
-    const float* f = fn + kw + 8 * nt + g;
-    const auto w = [&](int m) { return live && m < M ? __ldg(f + int64_t(m) * K) : 0.f; };
-    const int ms[3] = {2 * q, 2 * q + 8, 2 * q + 16};
-#pragma unroll
-    for (int r = 0; r < 3; ++r) {
-      uint32_t t2[2];
-      split_terms(w(ms[r]), w(ms[r] + 1), t2);
-      fb[nt][0][r] = t2[0], fb[nt][1][r] = t2[1];
-    }
-  }
+  for (int nt = 0; nt < 4; ++nt) fb[nt] = fn_fragment(fn + kw + 8 * nt + g, K, M, q, live);
   // grad_fn^T sums: [m-tile of 16 columns][n-tile of 8 mixes][4].
   float acc[2][3][4] = {};
 
@@ -2141,62 +2213,24 @@ __global__ void __launch_bounds__(kDxMmaThreads, 2)
       const int mi = lane >> 3, r = (lane & 7) + 8 * (mi >> 1), c = xc + 2 * mt + (mi & 1);
       ldmatrix_x4<true>(xa[mt], xs + dx_chunk<kDxRowBytes>(r, c));
     }
-#pragma unroll
-    for (int nt = 0; nt < 3; ++nt) {
-      const int m = 8 * nt + g;
-      uint32_t b0[3], b1[3];  // tokens (2q, 2q+1) and (2q+8, 2q+9) of mix m, three terms each
-      split_terms(cs[2 * q * kDxCoefStride + m], cs[(2 * q + 1) * kDxCoefStride + m], b0);
-      split_terms(cs[(2 * q + 8) * kDxCoefStride + m], cs[(2 * q + 9) * kDxCoefStride + m], b1);
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
-        float d[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-        for (int s = 0; s < 3; ++s) mma16816(d, xa[mt], b0[s], b1[s]);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[mt][nt][e] = __fadd_rn(acc[mt][nt][e], d[e]);
-      }
-    }
+    grad_fn_mma(acc, xa, cs, kDxCoefStride, g, q);
 
-    // grad_x: coef rows g and g + 8 as A fragments in two terms: mixes 0-15 (k16) and 16-23 (k8).
-    uint32_t ca[2][6];  // [term][k16 a0..a3, k8 a0, a1]
-    {
-      const float* r0 = cs + g * kDxCoefStride + 2 * q;
-      const float* r8 = r0 + 8 * kDxCoefStride;
-      const float2 v[6] = {*reinterpret_cast<const float2*>(r0), *reinterpret_cast<const float2*>(r8),
-                           *reinterpret_cast<const float2*>(r0 + 8), *reinterpret_cast<const float2*>(r8 + 8),
-                           *reinterpret_cast<const float2*>(r0 + 16), *reinterpret_cast<const float2*>(r8 + 16)};
-#pragma unroll
-      for (int j = 0; j < 6; ++j) {
-        uint32_t t2[2];
-        split_terms(v[j].x, v[j].y, t2);
-        ca[0][j] = t2[0], ca[1][j] = t2[1];
-      }
-    }
+    // grad_x: coef rows g and g + 8 as A fragments in two terms, then an n-tile at a time.
+    const CoefFrag ca = coef_fragment(cs, kDxCoefStride, g, q);
     const float c_lo = cs[g * kDxCoefStride + MP], c_hi = cs[(g + 8) * kDxCoefStride + MP];
     const float p_lo = cs[g * kDxCoefStride + MP + 1 + h], p_hi = cs[(g + 8) * kDxCoefStride + MP + 1 + h];
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
-      float d[4] = {0.f, 0.f, 0.f, 0.f};
-      // The small products first: lo x hi and hi x lo of both k-steps, then hi x hi.
-#pragma unroll
-      for (int s = 0; s < 2; ++s) {
-        const uint32_t(&a)[6] = ca[s];
-        const uint32_t(&b)[3] = fb[nt][1 - s];
-        mma16816(d, {a[0], a[1], a[2], a[3]}, b[0], b[1]);
-        mma1688(d, a[4], a[5], b[2]);
-      }
-      mma1688(d, ca[1][4], ca[1][5], fb[nt][1][2]);
-      mma16816(d, {ca[1][0], ca[1][1], ca[1][2], ca[1][3]}, fb[nt][1][0], fb[nt][1][1]);
+      float d[1][4];
+      grad_x_mma<1>(d, ca, {fb[nt]});
       // This lane's word q (columns 2q, 2q+1) of chunk nt, rows g and g + 8: x in, grad_x back in its place.
       uint32_t* x0 = reinterpret_cast<uint32_t*>(xs + dx_chunk<kDxRowBytes>(g, xc + nt) + 4 * q);
       uint32_t* x8 = reinterpret_cast<uint32_t*>(xs + dx_chunk<kDxRowBytes>(g + 8, xc + nt) + 4 * q);
       const uint32_t g0 = *reinterpret_cast<const uint32_t*>(gs + dx_chunk<kDxGyRowBytes>(g, gc + nt) + 4 * q);
       const uint32_t g8 = *reinterpret_cast<const uint32_t*>(gs + dx_chunk<kDxGyRowBytes>(g + 8, gc + nt) + 4 * q);
-      const uint32_t w0 = *x0, w8 = *x8;
-      *x0 = pack_bf2(fmaf(p_lo, bf_lo(g0), fmaf(-c_lo, bf_lo(w0), d[0])),
-                     fmaf(p_lo, bf_hi(g0), fmaf(-c_lo, bf_hi(w0), d[1])));
-      *x8 = pack_bf2(fmaf(p_hi, bf_lo(g8), fmaf(-c_hi, bf_lo(w8), d[2])),
-                     fmaf(p_hi, bf_hi(g8), fmaf(-c_hi, bf_hi(w8), d[3])));
+      const uint32_t w0 = *x0, w8 = *x8;  // both read before either is written (the compiler cannot tell them apart)
+      *x0 = dx_word(d[0][0], d[0][1], c_lo, w0, p_lo, g0);
+      *x8 = dx_word(d[0][2], d[0][3], c_hi, w8, p_hi, g8);
     }
     __syncwarp();
     // The warp's grad_x tile: 16 rows x 4 chunks, two 16-byte stores a lane.
@@ -2590,21 +2624,14 @@ __global__ void __launch_bounds__(kFmThreads, 1) mix_fused_bwd_mma_kernel(const 
   // start.
   if (warp < kFmWarps) {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kFmComputeRegs));
-    // The warp's fn fragments as dx_dfn_mma's B operands in two terms (k-step r: mixes 2q, 2q + 8 of the k16 step, 16
-    // + 2q of the k8), stored as the register pairs the MMAs take: for n-tile nt and lane (g, q), pair p of
-    // fnf[((warp * NT + nt) * 3 + p) * 32 + lane] is (lo_0, lo_1), (hi_0, hi_1), (lo_2, hi_2); a lane reads back only
+    // The warp's fn fragments (fn_fragment) for its 8 n-tiles in shared memory: pair p of n-tile nt for lane l at
+    // fnf[((warp * NT + nt) * 3 + p) * 32 + l], so that each is one conflict-free 8-byte load; a lane reads back only
     // what it wrote. (As {lo, hi} per k-step, the pairs were re-formed by register moves, 4 an n-tile.)
-    const uint2* myfn = fnf + warp * F::NT * 3 * 32 + lane;
+    uint2* myfn = fnf + warp * F::NT * 3 * 32 + lane;
 #pragma unroll 1
     for (int nt = 0; nt < F::NT; ++nt) {
-      const float* f = fa.fn + kw + 8 * nt + g;
-      const auto w = [&](int m) { return m < a.M ? __ldg(f + int64_t(m) * K) : 0.f; };
-      uint32_t t[3][2];
-#pragma unroll
-      for (int r = 0; r < 3; ++r) split_terms(w(2 * q + 8 * r), w(2 * q + 8 * r + 1), t[r]);
-      uint2* dst = fnf + (warp * F::NT + nt) * 3 * 32 + lane;
-      dst[0] = make_uint2(t[0][0], t[1][0]), dst[32] = make_uint2(t[0][1], t[1][1]);
-      dst[64] = make_uint2(t[2][0], t[2][1]);
+      const FnFrag b = fn_fragment(fa.fn + kw + 8 * nt + g, K, a.M, q, true);
+      myfn[nt * 96] = b.lo, myfn[nt * 96 + 32] = b.hi, myfn[nt * 96 + 64] = b.k8;
     }
     // Byte offsets in a stage, computed once (Sl::at per use cost ~7 integer instructions an access): unit u of row r
     // sits at line(h, r, chunk) + ((u ^ (r & 7)) << 4), and row r + 8 one kilobyte on with the same swizzle.
@@ -2641,73 +2668,29 @@ __global__ void __launch_bounds__(kFmThreads, 1) mix_fused_bwd_mma_kernel(const 
         uint32_t xa[4][4];
 #pragma unroll
         for (int mt = 0; mt < 4; ++mt) ldmatrix_x4<true>(xa[mt], xs + l_off + (l_swz ^ (mt << 5)));
-#pragma unroll
-        for (int nt = 0; nt < 3; ++nt) {
-          const int mx = 8 * nt + g;
-          uint32_t b0[3], b1[3];  // tokens (2q, 2q+1) and (2q+8, 2q+9) of mix mx, three terms each
-          split_terms(cs[2 * q * CS + mx], cs[(2 * q + 1) * CS + mx], b0);
-          split_terms(cs[(2 * q + 8) * CS + mx], cs[(2 * q + 9) * CS + mx], b1);
-#pragma unroll
-          for (int mt = 0; mt < 4; ++mt) {
-            float d[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-            for (int s = 0; s < 3; ++s) mma16816(d, xa[mt], b0[s], b1[s]);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[mt][nt][e] = __fadd_rn(acc[mt][nt][e], d[e]);
-          }
-        }
+        grad_fn_mma(acc, xa, cs, CS, g, q);
 
-        // grad_x: coef rows g and g + 8 as A fragments in two terms: mixes 0-15 (k16) and 16-23 (k8).
-        uint32_t lo[4], hi[4], lo8[2], hi8[2];  // [k16 a0..a3], [k8 a0, a1]
-        {
-          const float* r0 = cs + g * CS + 2 * q;
-          const float* r8 = r0 + 8 * CS;
-          const float2 v[6] = {*reinterpret_cast<const float2*>(r0), *reinterpret_cast<const float2*>(r8),
-                               *reinterpret_cast<const float2*>(r0 + 8), *reinterpret_cast<const float2*>(r8 + 8),
-                               *reinterpret_cast<const float2*>(r0 + 16), *reinterpret_cast<const float2*>(r8 + 16)};
-#pragma unroll
-          for (int j = 0; j < 6; ++j) {
-            uint32_t t2[2];
-            split_terms(v[j].x, v[j].y, t2);
-            (j < 4 ? lo[j] : lo8[j - 4]) = t2[0], (j < 4 ? hi[j] : hi8[j - 4]) = t2[1];
-          }
-        }
+        // grad_x: coef rows g and g + 8 as A fragments in two terms, then two n-tiles at a time.
+        const CoefFrag ca = coef_fragment(cs, CS, g, q);
         const float c_lo = cs[g * CS + MP], c_hi = cs[(g + 8) * CS + MP];
         const float p_lo = cs[g * CS + MP + 1 + h], p_hi = cs[(g + 8) * CS + MP + 1 + h];
-        // Two n-tiles at a time, their chains interleaved (one chain's six dependent MMAs left the tensor pipe idle
-        // between steps); each chain as dx_dfn_mma's: the small products first, lo x hi and hi x lo of both k-steps,
-        // then hi x hi.
 #pragma unroll
         for (int nt = 0; nt < F::NT; nt += 2) {
-          uint2 fb[2][3];
-          float d[2][4] = {};
+          FnFrag fb[2];
+          float d[2][4];
 #pragma unroll
           for (int i = 0; i < 2; ++i)
-#pragma unroll
-            for (int p = 0; p < 3; ++p) fb[i][p] = myfn[((nt + i) * 3 + p) * 32];
-#pragma unroll
-          for (int i = 0; i < 2; ++i) mma16816(d[i], lo, fb[i][1].x, fb[i][1].y);
-#pragma unroll
-          for (int i = 0; i < 2; ++i) mma1688(d[i], lo8[0], lo8[1], fb[i][2].y);
-#pragma unroll
-          for (int i = 0; i < 2; ++i) mma16816(d[i], hi, fb[i][0].x, fb[i][0].y);
-#pragma unroll
-          for (int i = 0; i < 2; ++i) mma1688(d[i], hi8[0], hi8[1], fb[i][2].x);
-#pragma unroll
-          for (int i = 0; i < 2; ++i) mma1688(d[i], hi8[0], hi8[1], fb[i][2].y);
-#pragma unroll
-          for (int i = 0; i < 2; ++i) mma16816(d[i], hi, fb[i][1].x, fb[i][1].y);
+            fb[i] = {myfn[(nt + i) * 96], myfn[(nt + i) * 96 + 32], myfn[(nt + i) * 96 + 64]};
+          grad_x_mma(d, ca, fb);
 #pragma unroll
           for (int i = 0; i < 2; ++i) {
-            // This lane's word q (columns 2q, 2q+1) of unit nt + i, rows g and g + 8: x in, grad_x back in its place.
+            // This lane's word q (columns 2q, 2q+1) of unit nt + i, rows g and g + 8 (1024 bytes on): x in, grad_x
+            // back in its place.
             const unsigned o = e_swz ^ ((nt + i) << 4);
             uint32_t* x0 = reinterpret_cast<uint32_t*>(xs + e_x + o);
             const uint32_t* g0 = reinterpret_cast<const uint32_t*>(xs + e_g + o);
-            const uint32_t w0 = x0[0], w8 = x0[256], y0 = g0[0], y8 = g0[256];  // row g + 8: 1024 bytes on
-            x0[0] = pack_bf2(fmaf(p_lo, bf_lo(y0), fmaf(-c_lo, bf_lo(w0), d[i][0])),
-                             fmaf(p_lo, bf_hi(y0), fmaf(-c_lo, bf_hi(w0), d[i][1])));
-            x0[256] = pack_bf2(fmaf(p_hi, bf_lo(y8), fmaf(-c_hi, bf_lo(w8), d[i][2])),
-                               fmaf(p_hi, bf_hi(y8), fmaf(-c_hi, bf_hi(w8), d[i][3])));
+            x0[0] = dx_word(d[i][0], d[i][1], c_lo, x0[0], p_lo, g0[0]);
+            x0[256] = dx_word(d[i][2], d[i][3], c_hi, x0[256], p_hi, g0[256]);
           }
         }
         __syncwarp();
