@@ -2368,6 +2368,31 @@ __device__ __forceinline__ void broadcast_coef(float* row, uint64_t* coef_in, fl
   }
 }
 
+// d. The tiles themselves: a ring of Stages stages, x's slice (XBytes) then g_y's, both by TMA onto the stage's mbarrier
+//    (landed), beside the mbarriers of three st.async slots of partial rows (rows_in) and of coefficient rows (coef_in).
+//    Thread 0 starts it: barriers initialised and armed, the first tiles issued.
+template <int Stages, int StageBytes, int XBytes>
+struct FusedBwdTiles {
+  unsigned char* ring;
+  uint64_t *landed, *rows_in, *coef_in;
+  const CUtensorMap *xmap, *gmap;
+  int chunk0;  // the CTA's first 64-position chunk of a stream
+
+  __device__ void issue(int64_t tile, int st) const {
+    unsigned char* dst = ring + size_t(st) * StageBytes;
+    mbar_expect_bytes(landed + st, StageBytes);
+    tma_load_4d(dst, xmap, 0, int(tile * kFusedTM), chunk0, 0, landed + st);
+    tma_load_4d(dst + XBytes, gmap, 0, int(tile * kFusedTM), chunk0, 0, landed + st);
+  }
+  __device__ void start(const ClusterTiles& mine, unsigned coef_bytes) const {
+    for (int st = 0; st < Stages; ++st) mbar_init(landed + st, 1);
+    arm_slots(rows_in, 3, kFusedCluster * (1 + H4) * 8);
+    arm_slots(coef_in, 3, coef_bytes);
+    mbar_init_fence();
+    for (int p = 0; p < Stages && p < mine.count; ++p) issue(mine.tile(p), p);
+  }
+};
+
 constexpr int kFbWarps = 8, kFbThreads = 32 * (kFbWarps + 1), kFbStages = 5;
 
 template <int BPW>
@@ -2416,24 +2441,14 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
   uint64_t* landed = reinterpret_cast<uint64_t*>(scoef + 3 * kFusedTM * CW);             // [stage]
   uint64_t* rows_in = landed + kFbStages;  // [3]
   uint64_t* coef_in = rows_in + 3;         // [3]
-  constexpr unsigned kRowBytes = kFusedCluster * NC * 8, kCoefBytes = kFusedCluster * CW * 4;
+  constexpr unsigned kCoefBytes = kFusedCluster * CW * 4;
 
   // The gate's parameters, once (as the forward's finisher: each cluster-scope acquire invalidates L1).
   const float gate_scale = __ldg(a.scale), gate_base = lane < a.H ? __ldg(a.base + lane) : 0.f;
 
-  auto issue_tile = [&](int64_t tile, int st) {
-    unsigned char* dst = ring + size_t(st) * Sb::StageBytes;
-    mbar_expect_bytes(landed + st, Sb::StageBytes);
-    tma_load_4d(dst, &xmap, 0, int(tile * kFusedTM), rank * Sl::Chunks, 0, landed + st);
-    tma_load_4d(dst + Sb::XBytes, &gmap, 0, int(tile * kFusedTM), rank * Sl::Chunks, 0, landed + st);
-  };
-  if (tid == 0) {
-    for (int st = 0; st < kFbStages; ++st) mbar_init(landed + st, 1);
-    arm_slots(rows_in, 3, kRowBytes);
-    arm_slots(coef_in, 3, kCoefBytes);
-    mbar_init_fence();
-    for (int p = 0; p < kFbStages && p < mine.count; ++p) issue_tile(mine.tile(p), p);
-  }
+  const FusedBwdTiles<kFbStages, Sb::StageBytes, Sb::XBytes> tiles{ring, landed, rows_in, coef_in, &xmap, &gmap,
+                                                                   rank * Sl::Chunks};
+  if (tid == 0) tiles.start(mine, kCoefBytes);
   cluster_arrive();
   cluster_wait();
 
@@ -2488,7 +2503,7 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
         named_bar_sync(1, 32 * kFbWarps);  // every compute thread is past its reads of stage m % S and slot m % 3
         if (tid == 0) {
           mbar_expect_bytes(coef_in + m % 3, kCoefBytes);
-          if (m + kFbStages < mine.count) issue_tile(mine.tile(m + kFbStages), int(m % kFbStages));
+          if (m + kFbStages < mine.count) tiles.issue(mine.tile(m + kFbStages), int(m % kFbStages));
         }
       }
       if (!waited) cluster_wait();
@@ -2601,21 +2616,11 @@ __global__ void __launch_bounds__(kFmThreads, 1) mix_fused_bwd_mma_kernel(const 
   uint64_t* landed = reinterpret_cast<uint64_t*>(scoef + 3 * kFusedTM * CS);                       // [stage]
   uint64_t* rows_in = landed + kFmStages;  // [3]
   uint64_t* coef_in = rows_in + 3;         // [3]
-  constexpr unsigned kRowBytes = kFusedCluster * NC * 8, kCoefBytes = kFusedCluster * CW * 4;
+  constexpr unsigned kCoefBytes = kFusedCluster * CW * 4;
 
-  auto issue_tile = [&](int64_t tile, int st) {
-    unsigned char* dst = ring + size_t(st) * F::StageBytes;
-    mbar_expect_bytes(landed + st, F::StageBytes);
-    tma_load_4d(dst, &xmap, 0, int(tile * kFusedTM), rank * Sl::Chunks, 0, landed + st);
-    tma_load_4d(dst + F::XBytes, &gmap, 0, int(tile * kFusedTM), rank * Sl::Chunks, 0, landed + st);
-  };
-  if (tid == 0) {
-    for (int st = 0; st < kFmStages; ++st) mbar_init(landed + st, 1);
-    arm_slots(rows_in, 3, kRowBytes);
-    arm_slots(coef_in, 3, kCoefBytes);
-    mbar_init_fence();
-    for (int p = 0; p < kFmStages && p < mine.count; ++p) issue_tile(mine.tile(p), p);
-  }
+  const FusedBwdTiles<kFmStages, F::StageBytes, F::XBytes> tiles{ring, landed, rows_in, coef_in, &xmap, &gmap,
+                                                                 rank * Sl::Chunks};
+  if (tid == 0) tiles.start(mine, kCoefBytes);
 
   // The warp's chunk: stream h, 64 positions of it, columns kw .. kw + 63 of x, fn and grad_x.
   const int h = warp / Sl::Chunks, chunk = warp % Sl::Chunks;
@@ -2705,7 +2710,7 @@ __global__ void __launch_bounds__(kFmThreads, 1) mix_fused_bwd_mma_kernel(const 
         named_bar_sync(1, 32 * kFmWarps);  // every compute thread is past its reads of stage m % S and slot m % 3
         if (tid == 0) {
           mbar_expect_bytes(coef_in + m % 3, kCoefBytes);
-          if (m + kFmStages < mine.count) issue_tile(mine.tile(m + kFmStages), int(m % kFmStages));
+          if (m + kFmStages < mine.count) tiles.issue(mine.tile(m + kFmStages), int(m % kFmStages));
         }
       }
       if (!waited) cluster_wait();
