@@ -2391,6 +2391,15 @@ struct FusedBwdTiles {
     mbar_init_fence();
     for (int p = 0; p < Stages && p < mine.count; ++p) issue(mine.tile(p), p);
   }
+  // Tile m's last reads done: once the `threads` compute threads are past theirs (barrier 1), thread 0 re-arms its
+  // coefficient slot and refills its stage with tile m + Stages.
+  __device__ void release(const ClusterTiles& mine, int64_t m, int threads, unsigned coef_bytes) const {
+    named_bar_sync(1, threads);
+    if (threadIdx.x == 0) {
+      mbar_expect_bytes(coef_in + m % 3, coef_bytes);
+      if (m + Stages < mine.count) issue(mine.tile(m + Stages), int(m % Stages));
+    }
+  }
 };
 
 constexpr int kFbWarps = 8, kFbThreads = 32 * (kFbWarps + 1), kFbStages = 5;
@@ -2500,11 +2509,7 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
                               e & 1 ? bf_hi(gw[e / 2]) : bf_lo(gw[e / 2]));
           if (t < a.tokens) Vec<bf16, 8>::store16(fa.gx + t * K + kcol, o);
         }
-        named_bar_sync(1, 32 * kFbWarps);  // every compute thread is past its reads of stage m % S and slot m % 3
-        if (tid == 0) {
-          mbar_expect_bytes(coef_in + m % 3, kCoefBytes);
-          if (m + kFbStages < mine.count) tiles.issue(mine.tile(m + kFbStages), int(m % kFbStages));
-        }
+        tiles.release(mine, m, 32 * kFbWarps, kCoefBytes);
       }
       if (!waited) cluster_wait();
       cluster_arrive_relaxed();  // X(n)
@@ -2707,11 +2712,7 @@ __global__ void __launch_bounds__(kFmThreads, 1) mix_fused_bwd_mma_kernel(const 
           if (4 * j < left)
             *reinterpret_cast<uint4*>(out + int64_t(4 * j) * K) =
                 *reinterpret_cast<const uint4*>(xs + (j & 1 ? s_off1 : s_off0) + (j >> 1) * 1024);
-        named_bar_sync(1, 32 * kFmWarps);  // every compute thread is past its reads of stage m % S and slot m % 3
-        if (tid == 0) {
-          mbar_expect_bytes(coef_in + m % 3, kCoefBytes);
-          if (m + kFmStages < mine.count) tiles.issue(mine.tile(m + kFmStages), int(m % kFmStages));
-        }
+        tiles.release(mine, m, 32 * kFmWarps, kCoefBytes);
       }
       if (!waited) cluster_wait();
       cluster_arrive_relaxed();  // X(n)
