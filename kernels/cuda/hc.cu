@@ -2570,12 +2570,13 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
 // through the MIO queue, 50 shuffles a warp), c 50% (waits between dependent HMMAs: 52 NOPs a warp and tile), the
 // coefficients' wait 12%, barrier 1 8%. Tried and dropped: a on the fifth warpgroup (four rows a warp, eight lanes a
 // row, so 6.7x fewer shuffles, beside c): 1.16 ms, one warp a scheduler cannot hide the fp64 chains, and the
-// finisher waited behind its own rows. To reach 75% of the copy rate this needs about half the instructions per tile.
+// finisher waited behind its own rows. To reach 75% of the copy rate this needs about half the instructions per tile
+// (the steps and profiles: reports/gpu/2026-11-26-h200-hc-pre-fused-bwd-ab.json).
 // Threads: four warpgroups of compute warps and a fifth whose first warp is the finisher (its other three only keep
 // the cluster barrier). 20 warps launch at 96 registers a thread (5 warps a scheduler), where the grad_fn sums
 // spilled 88 bytes; setmaxnreg then moves registers within the CTA's pool, which is what the launch allocated (an
 // increase beyond it waits forever): the finisher's group down to kFmFinisherRegs, the compute warps up to
-// kFmComputeRegs (ptxas: 12 bytes of loop-invariant values spilled, one reload per tile).
+// kFmComputeRegs (ptxas: 4 bytes of a loop-invariant value spilled, one reload per tile).
 constexpr int kFmWarps = 16, kFmThreads = 32 * (kFmWarps + 4), kFmStages = 3, kFmCoefStride = 36;
 constexpr int kFmLaunchRegs = 65536 / 4 / (kFmThreads / 4) / 8 * 8;  // a scheduler: 16K registers, 5 warps
 constexpr int kFmComputeRegs = 104, kFmFinisherRegs = 64;
