@@ -2564,8 +2564,8 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
 // Measured (H200, V4 dims, bench/hc_cuda_timing.cu, every row in the same process): grad_x bit for bit the two-pass
 // path's (hashes at 257 and 16384 tokens), grad_base and grad_scale too; but slower: comb_bwd + this + sum_splits +
 // colsum 0.846 ms, then 0.812-0.826 ms with the fragments stored as the MMAs' register pairs, offsets computed once
-// and two n-tiles' chains interleaved, against 0.711-0.722 ms for the two passes (comb_bwd alone 0.050 ms). So the
-// bridge keeps the two passes for hc_pre. ncu (H200 at 1.35 GHz, ncu's clocks): 17.1K warp instructions per tile and
+// and two n-tiles' chains interleaved, against 0.711-0.722 ms for the two passes (comb_bwd alone 0.050 ms); on an H100
+// 0.825-0.829 against 0.773-0.777 ms (comb_bwd 0.055). So the bridge keeps the two passes for hc_pre. ncu (H200 at 1.35 GHz, ncu's clocks): 17.1K warp instructions per tile and
 // CTA (19.9K before those three steps), issue slots 38% busy; of the compute warps' stall samples, a 27% (F2F to fp64
 // through the MIO queue, 50 shuffles a warp), c 50% (waits between dependent HMMAs: 52 NOPs a warp and tile), the
 // coefficients' wait 12%, barrier 1 8%. Tried and dropped: a on the fifth warpgroup (four rows a warp, eight lanes a
