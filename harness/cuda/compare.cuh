@@ -42,6 +42,10 @@ void launch_compare_scan(Dtype actual_type, Dtype expected_type, const void* act
                          BlockTotals* blocks, unsigned long long* err_hist, unsigned long long* cells,
                          cudaStream_t stream);
 
+// For tests: the scan's 64-bit heatmap coordinates, which only views with more than 2^30 rows or columns need, taken for
+// every view while on.
+void force_wide_coordinates(bool on);
+
 // Lists the first `count` listed elements of [begin, end), in index order, at out[offset], out[offset + 1], ...
 struct FirstRange {
   int64_t begin, end, count, offset;

@@ -10,6 +10,8 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 
+#include "harness/cuda/compare.cuh"
+
 #include <cmath>
 #include <limits>
 #include <parity/compare.hpp>
@@ -209,18 +211,36 @@ TEST(CompareCuda, FirstMismatchesInIndexOrder) {
 }
 
 // Heatmap cells against the GPU's units and tiles: a single column, columns fewer than a unit, a row that ends inside
-// a unit, rows of a tile and more, three dimensions.
-TEST(CompareCuda, ErrorGridOfManyShapes) {
-  SKIP_WITHOUT_CUDA();
+// a unit, rows of a tile and more, three dimensions. Both dtype pairs that take different scans: bf16 against fp32
+// loads its vectors, bf16 against bf16 stages them through the ring and counts its distances in pairs.
+void expect_grids_match_cpu() {
   const std::vector<int64_t> shapes[] = {{kLarge, 1}, {kLarge / 3, 3}, {1, kLarge}, {40000, 7}, {37, 7168},
                                          {9, 40, 1001},  {2, 3, 4, 5000}};
-  for (const auto& shape : shapes) {
-    SCOPED_TRACE(::testing::Message() << at::IntArrayRef(shape));
-    int64_t n = 1;
-    for (const int64_t d : shape) n *= d;
-    const auto [actual, expected] = noisy_pair(n, at::kBFloat16, at::kFloat, n);
-    expect_gpu_matches_cpu(actual.view(shape), expected.view(shape));
+  for (const at::ScalarType expected_type : {at::kFloat, at::kBFloat16}) {
+    for (const auto& shape : shapes) {
+      SCOPED_TRACE(::testing::Message() << at::IntArrayRef(shape) << " bf16 vs " << dtype_name(expected_type));
+      int64_t n = 1;
+      for (const int64_t d : shape) n *= d;
+      const auto [actual, expected] = noisy_pair(n, at::kBFloat16, expected_type, n);
+      expect_gpu_matches_cpu(actual.view(shape), expected.view(shape));
+    }
   }
+}
+
+TEST(CompareCuda, ErrorGridOfManyShapes) {
+  SKIP_WITHOUT_CUDA();
+  expect_grids_match_cpu();
+}
+
+// The scan keeps a thread's place in the heatmap in 32 bits, and in 64 only for views with more than 2^30 rows or
+// columns (2 GiB of bf16 a side, and the CPU's comparison of them: too large to test): forced on small views, the 64-bit scan gives the same results.
+TEST(CompareCuda, WideCoordinatesGiveTheSameResults) {
+  SKIP_WITHOUT_CUDA();
+  struct Forced {
+    Forced() { compare_cuda::force_wide_coordinates(true); }
+    ~Forced() { compare_cuda::force_wide_coordinates(false); }
+  } forced;
+  expect_grids_match_cpu();
 }
 
 // Expected may live elsewhere: it is moved to actual's device.
