@@ -1283,6 +1283,12 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 // mix_post_comb's Sinkhorn (~3000 instructions a token), so it stays a kernel of its own (and a plain launch: as a
 // programmatic dependent launch, its blocks waiting beside this kernel, hc_pre took x1.09). Next: the multiply itself
 // (wgmma on 64-token tiles, fn's terms in shared memory), which this layout has no room for.
+// ncu at affa070 (H100, V4 dims): cudaOccupancyMaxActiveClusters gives 7: clusters of 16 fit 7 of the H100's GPCs, so
+// the kernel runs on 112 of its 132 SMs (SM active 76% of the elapsed cycles, DRAM 68%, issue 46.5% busy). Tried and
+// dropped since: mix_post_comb on the 20 SMs left over, launched programmatically dependent (this kernel's CTAs trigger
+// at their start) and reading each mix as it lands (mixes set to an 0xFF NaN beforehand, which the finisher never
+// writes; one lane a warp polling, 0.1-8 us sleeps): the same bits, but the pair no faster (0.3134 / 0.3133 ms
+// against 0.3151 / 0.3119 ms in two A/Bs; reports/gpu/2026-11-26-h100-post-comb-overlap-ab.log).
 // A stage is one TMA box as it lands: x viewed as [stream][hidden / 64][token][64] (4-D tensor map, strides in any
 // order), box (64, 16 tokens, Dc / 64, H), 128-byte swizzle: the 16 tokens of a 64-element chunk are 16 lines of
 // 128 bytes, unit u of line r at u ^ (r % 8) (FusedSlice::at). ldmatrix then reads the multiply's A fragments (8 rows
