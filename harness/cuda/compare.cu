@@ -4,22 +4,22 @@ path: compare_element.hpp).
 
 compare_scan: persistent blocks of 256 threads, two per SM, each block one contiguous stretch walked in tiles of 2048
 elements. A thread takes 8 elements a side per tile. Where both sides are 16-bit they come through its own slots of a
-ring in shared memory, copied (cp.async) three tiles ahead and read back by the thread alone, so no barrier is
-needed; wider pairs are loaded as they are computed (one to four 16-byte loads a side). Where both sides are one
-16-bit dtype the eight are computed straight-line, else a half at a time (all eight at once spill). A thread keeps its sums in registers, in index order, and the ULP distances
-up to 32 as five-bit counts packed in one word (where both sides are one 16-bit dtype, two distances are found per
-32-bit word, with packed max/min, and a table gives both counts at once); larger distances go to a per-warp shared
-histogram by bit_width(u - 1), and every |err| to the block's shared histogram, both with integer atomics. Eight
-elements all finite (from the exponent bits where both sides are stored in the ULP dtype; where both are one 16-bit
-dtype, from each lane's largest magnitude, which also gives the largest |e|) take finite8,
-straight-line; maxima and heatmap cells are checked once per vector against a cheap key of its largest values, and
-only a vector that may beat one is offered again exactly (the keys of the maxima are shared across the warp after
+ring in shared memory, copied (cp.async) three tiles ahead and read back by the thread alone, so no barrier is needed;
+wider pairs are loaded as they are computed (one to four 16-byte loads a side). Where both sides are one 16-bit dtype
+the eight are computed straight-line, else a half at a time (all eight at once spill). A thread keeps its sums in
+registers, in index order, and the ULP distances up to 32 as five-bit counts packed in one word (where both sides are
+one 16-bit dtype, two distances are found per 32-bit word, with packed max/min, and a table gives both counts at once);
+larger distances go to a per-warp shared histogram by bit_width(u - 1), and every |err| to the block's shared histogram,
+both with integer atomics. Eight elements all finite (from the exponent bits where both sides are stored in the ULP
+dtype; where both are one 16-bit dtype, from each lane's largest magnitude, which also gives the largest |e|) take
+finite8, straight-line; maxima and heatmap cells are checked once per vector against a cheap key of its largest values,
+and only a vector that may beat one is offered again exactly (the keys of the maxima are shared across the warp after
 every tile). A thread's place in the heatmap moves on with its vector, tile by tile, in 32-bit coordinates unless the
 view has more than 2^30 rows or columns; a column's cell comes from a table of column segments no wider than a cell.
-Within its stretch a thread names elements by 32-bit offsets, and its copies' sources are one base each plus one.
-Any others, and the tail, go element by element through cmp::classify_bits, the CPU's definition. At the end a
-block's totals are reduced in a fixed order and written to its slot; the histogram and the cells go to global ones
-with integer atomics.
+Within its stretch a thread names elements by 32-bit offsets; its copies' sources are a 64-bit base each plus one.
+Any others, and the tail, go element by element through cmp::classify_bits, the CPU's definition. At the end a block's
+totals are reduced in a fixed order and written to its slot; the histogram and the cells go to global ones with integer
+atomics.
 
 compare_merge: one block merges the blocks' totals in block order (runs of neighbours, then a fixed tree) and places
 the first mismatches: which blocks hold them, and where in the list each block's go.
@@ -28,14 +28,15 @@ compare_first: one block per stretch (those that hold none of the first mismatch
 order (a block-wide prefix count per tile) until it has the number asked for.
 
 ptxas (sm_90a): 111-128 registers; no spills but for bf16 against fp64, fp64 against bf16 and fp64 against fp32
-(8-20 bytes).
+(8-20 bytes). On an H200 the same 2^30 compare takes 2.62 ms, 2.73x its faster read (issue-bound: the ratio follows the
+card's read rate).
 Measured (H100, bench/compare_cuda_timing.cu, 2^30 bf16 pairs, scan + merge + first): 2.62 ms, 1.88x a read of both,
-flat or as [2^18, 4096] (A/B in one process each step, results hashes unchanged: 2.07x before the 32-bit coordinates
-and offsets with the magnitude-based finiteness, 2.01x after them, 1.88x with the straight-line eight; the 64-bit
-coordinates, forced, 2.08x; 2.78x before the ring, the packed distances, the bit finiteness check and the moving
-heatmap spot; 3.23x as [2^18, 4096]). Tried and dropped: the reciprocal from fp32's rcp and one fp64 step (x1.10: it
-adds to the XU pipe, with the conversions). ncu before the ring: ~66 instructions per element, issue slots 58% busy at 16 warps per SM,
-and 14% of warp samples waiting on the loads at their first use, which the ring removed. Tried and dropped: two
+flat or as [2^18, 4096] (A/B in one process each step, results hashes unchanged: 2.07x before the 32-bit coordinates and
+offsets with the magnitude-based finiteness, 2.01x after them, 1.88x with the straight-line eight; the 64-bit
+coordinates, forced, 2.08x; 2.78x before the ring, the packed distances, the bit finiteness check and the moving heatmap
+spot; 3.23x as [2^18, 4096]). Tried and dropped: the reciprocal from fp32's rcp and one fp64 step (x1.10: it adds to the
+XU pipe, with the conversions). ncu before the ring: ~66 instructions per element, issue slots 58% busy at 16 warps per
+SM, and 14% of warp samples waiting on the loads at their first use, which the ring removed. Tried and dropped: two
 neighbouring vectors a thread and tile (x1.02), the halves unrolled with the vector read again for the rare branches
 (x1.04), three blocks per SM (spills, x1.01), the bars shared every other tile (no change).
 ncu at 861a88d (H100, 2^30 bf16 pairs as [2^18, 4096], clocks locked at 1.59 GHz: 3.58 ms): 61 instructions per
