@@ -1288,7 +1288,12 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 // dropped since: mix_post_comb on the 20 SMs left over, launched programmatically dependent (this kernel's CTAs trigger
 // at their start) and reading each mix as it lands (mixes set to an 0xFF NaN beforehand, which the finisher never
 // writes; one lane a warp polling, 0.1-8 us sleeps): the same bits, but the pair no faster (0.3134 / 0.3133 ms
-// against 0.3151 / 0.3119 ms in two A/Bs; reports/gpu/2026-11-26-h100-post-comb-overlap-ab.log).
+// against 0.3151 / 0.3119 ms in two A/Bs; reports/gpu/2026-11-26-h100-post-comb-overlap-ab.log). Also dropped: no
+// clusters, 8 groups of 16 CTAs on 128 SMs (a cooperative launch) exchanging rows and pre through global memory in
+// tagged 8-byte words (NCCL's LL protocol; finisher 2 and collapse 4 tiles behind): the same bits, but hc_pre no
+// faster (0.3114-0.3147 against 0.3088-0.3129 ms) and hc_head slower (0.245 against 0.235): the exchange adds ~250 KB
+// of L2 traffic to a tile's 640 KB (ncu: L2 79.5% busy against 70.4%) and its latency couples the group's CTAs
+// (reports/gpu/2026-11-26-h100-fused-fwd-group-exchange-ab.log, the patch beside it).
 // A stage is one TMA box as it lands: x viewed as [stream][hidden / 64][token][64] (4-D tensor map, strides in any
 // order), box (64, 16 tokens, Dc / 64, H), 128-byte swizzle: the 16 tokens of a 64-element chunk are 16 lines of
 // 128 bytes, unit u of line r at u ^ (r % 8) (FusedSlice::at). ldmatrix then reads the multiply's A fragments (8 rows
