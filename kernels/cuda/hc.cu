@@ -1326,6 +1326,11 @@ struct FusedTile {
   // hc_head's 8 KB a slot fit beside the ring; hc_pre's 24 KB would cost a ring stage, and with five stages and two
   // slots it was slower (H100, V4 dims, bench/hc_ab.sh: x1.031 / x1.038 in two calls; hc_head x0.980 / x0.981).
   static constexpr int Slots = NT > 1 ? 1 : 2;
+  // The forward collapses tile n CollapseLag tiles after it multiplied it; its pre waits in one of PreSlots slots.
+  // hc_pre's collapse a tile later than hc_head's (H100, V4 dims, 5 alternating runs, the same bits): hc_pre 0.3081
+  // -> 0.3058 ms, but hc_head 0.2346 -> 0.2363, and four tiles later 0.309 and 0.255 (its x ring then holds only two
+  // tiles ahead).
+  static constexpr int CollapseLag = NT > 1 ? 3 : 2, PreSlots = CollapseLag + 1;
 };
 
 template <int BPW>
@@ -1353,8 +1358,8 @@ constexpr size_t mix_fused_smem_bytes() {
          + size_t(Tl::Slots) * kFusedWarps * kFusedTM * 8 * Tl::NT * 4  // warp partials of the dots (fp32)
          + size_t(Tl::Slots) * kFusedWarps * kFusedTM * 8               // warp partials of the sum of squares (fp64)
          + size_t(2) * kFusedCluster * Tl::NC * 8                // every CTA's partial row of token `rank` (fp64), x2
-         + size_t(3) * kFusedTM * H4 * 4                         // pre of the tile's tokens, three tiles
-         + size_t(kFusedStages + 2 + 3) * 8;                     // mbarriers: ring stages, gpart and spre slots
+         + size_t(Tl::PreSlots) * kFusedTM * H4 * 4              // pre of the tile's tokens, PreSlots tiles
+         + size_t(kFusedStages + 2 + Tl::PreSlots) * 8;          // mbarriers: ring stages, gpart and spre slots
 }
 
 // The cluster barrier in its two halves (cluster.sync() is both at once). Data between the CTAs travels by st.async
@@ -1458,7 +1463,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
   namespace cg = cooperative_groups;
   using Tl = FusedTile<Kind::MP>;
   using Sl = FusedSlice<BPW>;
-  constexpr int NT = Tl::NT, NC = Tl::NC;
+  constexpr int NT = Tl::NT, NC = Tl::NC, kCollapseLag = Tl::CollapseLag, kPreSlots = Tl::PreSlots;
   const MixFwdArgs& a = fa.m;
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = int(cluster.block_rank());
@@ -1472,10 +1477,10 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
   float* wdot = reinterpret_cast<float*>(ring + size_t(kFusedStages) * Sl::StageBytes);  // [slot][warp][row][8 NT]
   double* wss = reinterpret_cast<double*>(wdot + Slots * kFusedWarps * kFusedTM * 8 * NT);  // [slot][warp][row]
   double* gpart = wss + Slots * kFusedWarps * kFusedTM;                                     // [2][CTA][NC]
-  float* spre = reinterpret_cast<float*>(gpart + 2 * kFusedCluster * NC);                 // [3][row][H4]
-  uint64_t* landed = reinterpret_cast<uint64_t*>(spre + 3 * kFusedTM * H4);               // [stage]
+  float* spre = reinterpret_cast<float*>(gpart + 2 * kFusedCluster * NC);                 // [slot][row][H4]
+  uint64_t* landed = reinterpret_cast<uint64_t*>(spre + kPreSlots * kFusedTM * H4);       // [stage]
   uint64_t* rows_in = landed + kFusedStages;  // [2]: gpart's slot has every CTA's partial row (st.async bytes)
-  uint64_t* pre_in = rows_in + 2;             // [3]: spre's slot has every token's pre
+  uint64_t* pre_in = rows_in + 2;             // [kPreSlots]: spre's slot has every token's pre
   constexpr unsigned kRowBytes = kFusedCluster * NC * 8, kPreBytes = kFusedCluster * H4 * 4;  // a slot's bytes in
 
   // The gate's parameters, once: every acquire at cluster scope below invalidates L1 (CCTL.IVALL), so a load per tile
@@ -1500,7 +1505,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
   if (tid == 0) {
     for (int st = 0; st < kFusedStages; ++st) mbar_init(landed + st, 1);
     arm_slots(rows_in, 2, kRowBytes);
-    arm_slots(pre_in, 3, kPreBytes);
+    arm_slots(pre_in, kPreSlots, kPreBytes);
     mbar_init_fence();
     for (int p = 0; p < kFusedStages && p < mine.count; ++p) issue_tile(mine.tile(p), p);
   }
@@ -1527,14 +1532,14 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
   cluster_arrive();
   cluster_wait();  // every CTA of the cluster has started: its shared memory may be written from now on
 
-  // 3. Collapse tile n's slice from its ring stage, with pre from spre[n % 3], by the `count` threads from `first` on,
-  // once every token's pre is in; the slot is armed for its next tile, n + 3, whose pre no CTA sends before X(n + 3):
-  // after these threads' reads.
+  // 3. Collapse tile n's slice from its ring stage, with pre from spre[n % P] (P = kPreSlots), by the `count` threads
+  // from `first` on, once every token's pre is in; the slot is armed for its next tile, n + P, whose pre no CTA sends
+  // before X(n + P): after these threads' reads.
   auto collapse = [&](int64_t n, int first, int count) {
-    mbar_wait<true>(pre_in + n % 3, unsigned(n / 3) & 1);
-    if (tid == first) mbar_expect_bytes(pre_in + n % 3, kPreBytes);
+    mbar_wait<true>(pre_in + n % kPreSlots, unsigned(n / kPreSlots) & 1);
+    if (tid == first) mbar_expect_bytes(pre_in + n % kPreSlots, kPreBytes);
     const unsigned char* xs = ring + size_t(n % kFusedStages) * Sl::StageBytes;
-    const float* pre = spre + (n % 3) * kFusedTM * H4;
+    const float* pre = spre + (n % kPreSlots) * kFusedTM * H4;
     constexpr int per_stream = Sl::Dc / 8;
 #pragma unroll 1
     for (int v = tid - first; v < kFusedTM * per_stream; v += count) {
@@ -1558,8 +1563,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
   };
 
   // 2b. CTA `rank` finishes token `rank` of tile n (one warp), once every CTA's partial row is in: the rows in rank
-  // order, in fp64, then the mixes, pre, and pre into every CTA's spre[n % 3]. The gpart slot is armed for its next
-  // tile, n + 2, whose rows no CTA sends before X(n + 1): after these reads.
+  // order, in fp64, then the mixes, pre, and pre into every CTA's spre[n % kPreSlots]. The gpart slot is armed for
+  // its next tile, n + 2, whose rows no CTA sends before X(n + 1): after these reads.
   auto finish_token = [&](int64_t n) {
     mbar_wait<true>(rows_in + (n & 1), unsigned(n >> 1) & 1);
     if (lane == 0) mbar_expect_bytes(rows_in + (n & 1), kRowBytes);
@@ -1577,11 +1582,11 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
     const float pre = lane < a.H ? pre_gate(mix, gate_scale, gate_base, a.hc_eps) : 0.f;
     // Lane l sends pre_h, h = l % 4, to CTAs l / 4 and l / 4 + 8; the global stores go after, off the cluster's path.
     const float ph = __shfl_sync(~0u, pre, lane & 3);
-    const float* dst = spre + (n % 3) * kFusedTM * H4 + rank * H4 + (lane & 3);
+    const float* dst = spre + (n % kPreSlots) * kFusedTM * H4 + rank * H4 + (lane & 3);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const unsigned to = (lane >> 2) + 8 * half;
-      st_async(cluster_addr(dst, to), live ? ph : 0.f, cluster_addr(pre_in + n % 3, to));
+      st_async(cluster_addr(dst, to), live ? ph : 0.f, cluster_addr(pre_in + n % kPreSlots, to));
     }
     if (live && lane < a.M) a.mixes[t * a.M + lane] = mix;
     if (live && lane < a.H) a.pre[t * a.H + lane] = pre;
@@ -1590,17 +1595,17 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
   // One cluster barrier X(n) per tile, waited for one tile late: its arrive ends iteration n, its wait comes after
   // the multiply of tile n+1, so the barrier completes while the tensor cores work. After the wait of X(n-1) the
   // summing warps (0 .. kFinisher - 1) sum tile n's partial rows and send them; warp kFinisher finishes tile n-1's
-  // token (once its partial rows are in) and sends its pre; the upper half collapses tile n-2 (once its pre is in). The
-  // data arrive by st.async, counted by the mbarriers rows_in and pre_in; X orders only the reuse of their slots:
-  // gpart alternates (slot n & 1 was last read by the finisher of n-2, before X(n-1)); spre has three slots (slot
-  // (n-1) % 3 was last read by the collapse of n-4, before X(n-1)); ring stage n % S is refilled (with tile n + S)
-  // by the collapse warps once they have all collapsed n. No barrier opens a tile: a warp multiplies as soon as the
-  // tile has landed (the upper half ahead, from its own work on the tile before), and only hc_pre's single slot of
-  // partials makes every warp meet once per tile, before its stores (FusedTile::Slots; barrier 1 or 3 then lets the
-  // summing warps wait for all stores while the others go on). The finisher is the lower half's last warp so that
-  // the collapse has the upper half's 256 threads, two of a tile's 512 items each (with 224, a third round for 64 of
-  // them kept the rest at barrier 2; H100, V4 dims: ncu put 3.4% of hc_pre's stall samples there); the 7 summing
-  // warps still take at most two of hc_pre's 400 sums each.
+  // token (once its partial rows are in) and sends its pre; the upper half collapses tile n - L (L = kCollapseLag,
+  // once its pre is in). The data arrive by st.async, counted by the mbarriers rows_in and pre_in; X orders only the
+  // reuse of their slots: gpart alternates (slot n & 1 was last read by the finisher of n-2, before X(n-1)); spre has
+  // L + 1 slots (slot (n-1) % (L+1) was last read by the collapse of n-2-L, in iteration n-2, before X(n-1)); ring
+  // stage n % S is refilled (with tile n + S) by the collapse warps once they have all collapsed n. No barrier opens
+  // a tile: a warp multiplies as soon as the tile has landed (the upper half ahead, from its own work on the tile
+  // before), and only hc_pre's single slot of partials makes every warp meet once per tile, before its stores
+  // (FusedTile::Slots; barrier 1 or 3 then lets the summing warps wait for all stores while the others go on). The
+  // finisher is the lower half's last warp so that the collapse has the upper half's 256 threads, two of a tile's 512
+  // items each (with 224, a third round for 64 of them kept the rest at barrier 2; H100, V4 dims: ncu put 3.4% of
+  // hc_pre's stall samples there); the 7 summing warps still take at most two of hc_pre's 400 sums each.
   constexpr int kFinisher = kFusedWarps / 2 - 1, kSumThreads = 32 * kFinisher, kCollapseFirst = 32 * (kFinisher + 1);
   constexpr int kCollapseCount = kFusedThreads - kCollapseFirst;
   for (int64_t n = 0; n < mine.count; ++n) {
@@ -1674,15 +1679,16 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
       cluster_arrive_relaxed();  // X(n)
     } else {
       cluster_arrive_relaxed();  // X(n)
-      if (n > 1) {
-        collapse(n - 2, kCollapseFirst, kCollapseCount);
-        named_bar_sync(2, kCollapseCount);  // ring stage (n-2) % S is free: it takes tile n-2+S
-        if (tid == kCollapseFirst && n - 2 + kFusedStages < mine.count)
-          issue_tile(mine.tile(n - 2 + kFusedStages), int((n - 2) % kFusedStages));
+      if (n >= kCollapseLag) {
+        const int64_t m = n - kCollapseLag;
+        collapse(m, kCollapseFirst, kCollapseCount);
+        named_bar_sync(2, kCollapseCount);  // ring stage m % S is free: it takes tile m + S
+        if (tid == kCollapseFirst && m + kFusedStages < mine.count)
+          issue_tile(mine.tile(m + kFusedStages), int(m % kFusedStages));
       }
     }
   }
-  // The last token and the last two collapses. X(last) frees the spre slot of the last pre; the last collapse waits
+  // The last token and the last kCollapseLag collapses. X(last) frees the spre slot of the last pre; the last waits
   // for the last bytes sent to this CTA, and X(last + 1) keeps every CTA until all have sent theirs.
   if (mine.count > 0) cluster_wait();
   if (warp == kFinisher) {
@@ -1690,7 +1696,10 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
     cluster_arrive_relaxed();
   } else {
     cluster_arrive_relaxed();
-    if (mine.count > 1 && tid >= kCollapseFirst) collapse(mine.count - 2, kCollapseFirst, kCollapseCount);
+    if (tid >= kCollapseFirst)
+#pragma unroll
+      for (int k = kCollapseLag; k >= 2; --k)
+        if (mine.count >= k) collapse(mine.count - k, kCollapseFirst, kCollapseCount);
   }
   cluster_wait();
   if (mine.count > 0) collapse(mine.count - 1, 0, kFusedThreads);
