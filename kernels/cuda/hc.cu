@@ -1737,7 +1737,8 @@ struct QuadLine {
     return total;
   }
   // divide_lines for one line: each quotient is exact where its own operands are in range, so the check covers the
-  // line and its denominator only, and the bits are divide_lines'.
+  // line and its denominator only, and the bits are divide_lines'. It checks the raw bits, not the magnitudes: the
+  // forward's lines are positive, and a sign bit, like a value out of range, only sends its line to `/`.
   __device__ __forceinline__ void divide(float den) {
     const float r = line_reciprocal(den);
     float q[H4];
@@ -1745,9 +1746,9 @@ struct QuadLine {
 #pragma unroll
     for (int s = 0; s < H4; ++s) {
       q[s] = quotient_in_range(v[s], den, r);
-      lo[s] = hi[s] = magnitude_bits(v[s]);
+      lo[s] = hi[s] = __float_as_uint(v[s]);
     }
-    lo[H4] = hi[H4] = magnitude_bits(den);
+    lo[H4] = hi[H4] = __float_as_uint(den);
     if ((fold_tree<false>(lo) >= kDivideLo) & (fold_tree<true>(hi) <= kDivideHi)) {
 #pragma unroll
       for (int s = 0; s < H4; ++s) v[s] = q[s];
@@ -1761,8 +1762,10 @@ struct QuadLine {
 // mix_post_comb for hc = 4 with four threads per token (QuadLine), the same bits. One thread per token left four warps
 // on an SM, each thread's Sinkhorn (39 normalisations at V4 dims) a chain of dependent steps with nothing beside it:
 // H100, V4 dims, bench/hc_ab.sh (3 runs each, every hash unchanged, also at 37, 257 and 1000 tokens): post_comb
-// 0.0174 -> 0.0145 ms, the fused forward with it 0.3161 -> 0.3128 ms.
-__global__ void __launch_bounds__(128) mix_post_comb_quad_kernel(MixFwdArgs a) {
+// 0.0174 -> 0.0145 ms, the fused forward with it 0.3161 -> 0.3128 ms. Then the range check on raw bits (QuadLine::
+// divide) and blocks of 512 threads, 128 before: 0.0138 -> 0.0130 -> 0.0123 ms (5 alternating runs, the same bits;
+// 256 threads 0.0128).
+__global__ void __launch_bounds__(512) mix_post_comb_quad_kernel(MixFwdArgs a) {
   static_assert(H4 == 4);
   asm volatile("griddepcontrol.wait;\n" ::: "memory");  // the kernel before it has completed and its writes are seen
   const int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -3168,7 +3171,7 @@ void launch_mix_post_comb(const float* mixes, const float* base, const float* sc
     cudaLaunchAttribute attr{};
     attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr.val.programmaticStreamSerializationAllowed = 1;
-    cfg.gridDim = dim3(unsigned(ceil_div(tokens * H4, 128))), cfg.blockDim = dim3(128), cfg.stream = stream;
+    cfg.gridDim = dim3(unsigned(ceil_div(tokens * H4, 512))), cfg.blockDim = dim3(512), cfg.stream = stream;
     cfg.attrs = &attr, cfg.numAttrs = 1;
     cudaLaunchKernelEx(&cfg, mix_post_comb_quad_kernel, a);
     return;
