@@ -487,6 +487,24 @@ TEST(GateBaselines, APathThatMovedBeyondEagerIsJudged) {
   EXPECT_EQ(gate_verdict(base, step_doc(2.0, 0.55)).verdict, Verdict::not_comparable);
 }
 
+// Eager that moved by less than the CPU threshold (x1.21: AMBIGUOUS on its own) still explains a path that moved by
+// about as much (x1.37, SLOWER on its own; run27's self-check on an H100 host under ctest -j 8), while a path far
+// beyond it is judged; eager's samples overlapping say nothing, and the path's verdict stands.
+TEST(GateBaselines, EagerThatMovedUnderTheThresholdStillControls) {
+  const nlohmann::json base = step_doc(3.0, 1.0);
+  PerfVerdict v = gate_verdict(base, step_doc(4.11, 1.21));
+  EXPECT_EQ(v.verdict, Verdict::not_comparable) << v.reason;
+  EXPECT_NE(v.reason.find("the machine ran at another speed: eager, the same code in both, SLOWER x1.210"),
+            std::string::npos)
+      << v.reason;
+  v = gate_verdict(base, step_doc(6.0, 1.1));
+  EXPECT_EQ(v.verdict, Verdict::slower) << v.reason;
+  EXPECT_NE(v.reason.find("beyond the machine's own change (eager, the same code in both, SLOWER x1.100)"),
+            std::string::npos)
+      << v.reason;
+  EXPECT_EQ(gate_verdict(base, step_doc(4.11, 1.005)).verdict, Verdict::slower);
+}
+
 // Eager the same in both runs says the host ran at one speed, whatever the host probes say: the probe moves between
 // processes on its own (history.hpp). Eager itself moving, or too noisy to say, leaves the probes in charge.
 TEST(GateBaselines, EagerTheSameOverridesHostProbesThatMoved) {

@@ -124,7 +124,10 @@ PerfVerdict compare_perf(const HistoryRecord& baseline, const HistoryRecord& can
 //                  neither refusing nor rescaling it. The probe (8 us, cache-resident) moves between processes on
 //                  its own: on the 2-core VM 4.8 us in some processes and 7.2 in others, 4 gates of 10 refused as
 //                  NOT-COMPARABLE (probes 1.3-1.8x apart) with eager x0.96-1.10 beside the path;
-//   otherwise      compare_perf's verdict, probes included.
+//   otherwise      compare_perf's verdict, probes included; but a SLOWER or FASTER one is judged as under
+//                  SLOWER/FASTER above against any shift of eager that its [q1,q3] intervals and the U test show,
+//                  however small (run27 on an H100 host under ctest -j 8: the same code x1.37, SLOWER, beside eager
+//                  x1.21, AMBIGUOUS under the CPU threshold of 25%).
 // The control is eager in the path's own direction; where that one cannot say (a record missing, eager's code
 // changed, or its verdict AMBIGUOUS or NOT-COMPARABLE: backward eager on a tiny case is the noisiest timing of a run),
 // eager in the other direction of the same runs, which ran in the same processes on the same machines (run12 on an
