@@ -66,7 +66,10 @@ percentages are one-pass bytes over time, against the copy rate):
           collapse on 256 threads: 0.314 ms (72%; bench/hc_ab.sh, 3 runs each, same bits; `parity run --perf`
           0.311 ms, 72.5%); mix_post_comb on four threads a token 0.0174 -> 0.0145 ms: 0.313 ms (`parity run
           --perf` 0.308 ms, 72.9%); mix_post_comb as a programmatic dependent launch and the first x tiles issued
-          before fn loads: 0.3143 -> 0.3067 ms (`parity run --perf` 0.3096 ms, 72.6%, against 0.311 in run24)
+          before fn loads: 0.3143 -> 0.3067 ms (`parity run --perf` 0.3096 ms, 72.6%, against 0.311 in run24);
+          hc_pre's collapse a tile later 0.3081 -> 0.3058 ms (`parity run --perf` 0.3029 ms, 74.2%); mix_post_comb's
+          range check on raw bits and blocks of 512 threads, post_comb 0.0138 -> 0.0123 ms (`parity run --perf`
+          0.2997 ms, 75.1%, in one run: run27)
   hc_pre  bwd 1.498 ms (27%: reduce 0.227 = 99%, token 0.108, dx_dfn 1.151, sums 0.020); with dx_dfn on the tensor
           cores (mix_bwd_dx_dfn_mma) 0.839 ms (48%: dx_dfn 1.094 -> 0.488 ms, 84% of the copy rate on its own bytes;
           A/B in one process, bench/hc_ab.sh, 3 runs each); with divide_lines and hc a template parameter of the
