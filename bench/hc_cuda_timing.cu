@@ -33,6 +33,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kc = parity::hc::cuda;
@@ -234,6 +235,10 @@ int main(int argc, char** argv) {
                         T * (M + 2 * H + H * H) * 4.0});
       if (kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, x, y, H, D)) {
         // What the fused forward wrote, hashed: a change to the kernel that keeps its results prints the same hash.
+        // Its outputs are poisoned first, so that the hash covers what it wrote, not what the launches above left.
+        for (const auto& [ptr, bytes] : {std::pair<void*, int64_t>{y, T * D * 2}, {mixes, T * m * 4}, {pre, T * H * 4},
+                                         {post, p ? T * H * 4 : 0}, {comb, p ? T * H * H * 4 : 0}})
+          cudaMemsetAsync(ptr, 0xFF, bytes, s);
         kc::launch_mix_fused_fwd(kind, x, fn, base, scale, mixes, pre, y, T, H, D, k, s);
         if (p) kc::launch_mix_post_comb(mixes, base, scale, post, comb, T, H, k, s);
         std::printf("%s fused forward: y, mixes, pre hash %016llx, post, comb hash %016llx\n", op.c_str(),
