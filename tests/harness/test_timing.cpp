@@ -142,6 +142,21 @@ TEST(Sampler, TimeCapStopsBeforeMinSamplesButAfterOneSample) {
   EXPECT_EQ(s.stop(1.0), "time_cap");
 }
 
+TEST(Sampler, TimeCapWaitsForAKeptSample) {
+  Sampler s(options(10, 300, 0.01, 1.0));
+  s.add(1.0, 0, 0, /*preempted=*/true);  // dropped: no evidence yet
+  EXPECT_EQ(s.stop(5.0), "");
+  s.add(1.0);
+  EXPECT_EQ(s.stop(5.0), "time_cap");
+  EXPECT_EQ(s.result("cpu").n, 1);
+}
+
+TEST(Sampler, MaxSamplesStopsEvenWithNoSampleKept) {
+  Sampler s(options(1, 3, 0.01, 1.0));
+  for (int i = 0; i < 3; ++i) s.add(1.0, 0, 0, /*preempted=*/true);
+  EXPECT_EQ(s.stop(5.0), "max_samples");
+}
+
 // A serial chain of floating-point multiply-adds: time proportional to n, nothing to vectorise or fold.
 double spin(int64_t n) {
   double x = 1.0;

@@ -67,8 +67,8 @@ class Sampler {
   void add(double ms, double clock_mhz = 0, double probe_us = 0, bool preempted = false);
   // Empty while sampling should go on, else why it stops: "noise" ((q3-q1)/median under target),
   // "stable" (the noise estimate moved less than 10% over the last 10 samples), "max_samples", "time_cap".
-  // min_samples counts the samples kept (not dropped as taken while the machine ran slow or the thread was
-  // preempted); max_samples all taken.
+  // min_samples and the time cap's one sample count the samples kept (not dropped as taken while the machine ran
+  // slow or the thread was preempted); max_samples all taken.
   std::string stop(double elapsed_s) const;
   int size() const { return int(samples_.size()); }  // samples taken
   Timing result(const std::string& mode) const { return summarize(samples_, mode, clocks_, probes_, preempted_); }
