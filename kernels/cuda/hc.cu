@@ -69,7 +69,8 @@ percentages are one-pass bytes over time, against the copy rate):
           before fn loads: 0.3143 -> 0.3067 ms (`parity run --perf` 0.3096 ms, 72.6%, against 0.311 in run24);
           hc_pre's collapse a tile later 0.3081 -> 0.3058 ms (`parity run --perf` 0.3029 ms, 74.2%); mix_post_comb's
           range check on raw bits and blocks of 512 threads, post_comb 0.0138 -> 0.0123 ms (`parity run --perf`
-          0.2997 ms, 75.1%, in one run: run27)
+          0.2997 ms, 75.1%, in one run: run27; the same code 0.3029 ms in run28 and 0.3071, 0.3028, 0.3059, 0.3033
+          ms in run29 and its repeats: 73.2-74.2%, so 75% is not held)
   hc_pre  bwd 1.498 ms (27%: reduce 0.227 = 99%, token 0.108, dx_dfn 1.151, sums 0.020); with dx_dfn on the tensor
           cores (mix_bwd_dx_dfn_mma) 0.839 ms (48%: dx_dfn 1.094 -> 0.488 ms, 84% of the copy rate on its own bytes;
           A/B in one process, bench/hc_ab.sh, 3 runs each); with divide_lines and hc a template parameter of the
