@@ -1373,8 +1373,9 @@ constexpr size_t mix_fused_smem_bytes() {
 // The cluster barrier in its two halves (cluster.sync() is both at once). Data between the CTAs travels by st.async
 // (below), which carries its own completion; the barrier only orders the reuse of the buffers it lands in, so its
 // arrive is relaxed (a release arrive, or a fence before it, compiles to MEMBAR.ALL.GPU: ncu H100, ~7% of the fused
-// forward's stall samples, plus the top-of-tile barrier that waited for it).
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
+// forward's stall samples, plus the top-of-tile barrier that waited for it). At a kernel's start too: what the other
+// CTAs need of this one before they send is its mbarriers' initialisation, which fence.mbarrier_init orders (CUTLASS's
+// pattern); a release arrive there also waited for the CTA's first TMA tiles to land (~9 us, globaltimer stamps).
 __device__ __forceinline__ void cluster_arrive_relaxed() {
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
 }
@@ -1508,36 +1509,45 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
     tma_load_4d(ring + size_t(st) * Sl::StageBytes, &xmap, 0, int(tile * kFusedTM), rank * Sl::Chunks, 0, landed + st);
   };
 
-  // The first tiles are on their way before fn's fragments load (H100, V4 dims, 5 alternating runs, the same bits:
-  // hc_pre with mix_post_comb 0.3090 -> 0.3067 ms, hc_head 0.2334 -> 0.2322 ms).
+  // fn's slice first, every load in flight at once, and the ring only once it is in. globaltimer stamps per CTA
+  // (H100, V4 dims) put the start of the loop at 14 us (hc_pre) and 11 us (hc_head) with the ring issued first: fn's
+  // loads queued behind the first tiles of every CTA (6 stages x 112 CTAs = 21 MB), and the start barrier's release
+  // arrive waited for this CTA's tiles to land. Now 4.3 and 1.9 us (reports/gpu/2026-11-27-h100-fused-fwd-start-ab.log).
   if (tid == 0) {
     for (int st = 0; st < kFusedStages; ++st) mbar_init(landed + st, 1);
     arm_slots(rows_in, 2, kRowBytes);
     arm_slots(pre_in, kPreSlots, kPreBytes);
     mbar_init_fence();
-    for (int p = 0; p < kFusedStages && p < mine.count; ++p) issue_tile(mine.tile(p), p);
   }
+  float2 w[BPW][NT][4];  // pair p: k = 8p + 2q, 8p + 2q + 1, the B fragment's b0, b1 of both k-steps
+#pragma unroll
+  for (int j = 0; j < BPW; ++j)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int p = 0; p < 4; ++p) {
+        const int m = nt * 8 + g;
+        w[j][nt][p] = m < a.M ? __ldg(reinterpret_cast<const float2*>(fn + int64_t(m) * K + block_k(j) + 8 * p + 2 * q))
+                              : make_float2(0.f, 0.f);
+      }
   // fn's slice as B fragments, split once for the whole launch: fb[j][n-tile][term][4 words].
   uint32_t fb[BPW][NT][3][4];
 #pragma unroll
   for (int j = 0; j < BPW; ++j)
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const int m = nt * 8 + g;
-      float w[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e)  // pair p = e / 2: k = 8p + 2q (+1), the B fragment's b0, b1 of both k-steps
-        w[e] = m < a.M ? __ldg(fn + int64_t(m) * K + block_k(j) + 8 * (e / 2) + 2 * q + e % 2) : 0.f;
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int p = 0; p < 4; ++p) {
         uint32_t t3[3];
-        split_terms(w[2 * p], w[2 * p + 1], t3);
+        split_terms(w[j][nt][p].x, w[j][nt][p].y, t3);
 #pragma unroll
         for (int i = 0; i < 3; ++i) fb[j][nt][i][p] = t3[i];
       }
-    }
+  asm volatile("" ::"r"(fb[0][0][0][0]), "r"(fb[BPW - 1][NT - 1][0][3]));  // the ring after fn's first and last loads
+  if (tid == 0)
+    for (int p = 0; p < kFusedStages && p < mine.count; ++p) issue_tile(mine.tile(p), p);
 
-  cluster_arrive();
+  cluster_arrive_relaxed();  // see cluster_arrive_relaxed: the start needs no release either
   cluster_wait();  // every CTA of the cluster has started: its shared memory may be written from now on
 
   // 3. Collapse tile n's slice from its ring stage, with pre from spre[n % P] (P = kPreSlots), by the `count` threads
@@ -2493,7 +2503,7 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
   const FusedBwdTiles<kFbStages, Sb::StageBytes, Sb::XBytes> tiles{ring, landed, rows_in, coef_in, &xmap, &gmap,
                                                                    rank * Sl::Chunks};
   if (tid == 0) tiles.start(mine, kCoefBytes);
-  cluster_arrive();
+  cluster_arrive_relaxed();
   cluster_wait();
 
   // c's columns: unit `unit` of the slice (stream h, 8 hidden positions from d), rows group * Rows on.
@@ -2689,7 +2699,7 @@ __global__ void __launch_bounds__(kFmThreads, 1) mix_fused_bwd_mma_kernel(const 
     const int s_r = lane >> 3, s_u = lane & 7;                           // the stores: rows s_r + 4j, unit s_u
     const unsigned s_off0 = Sl::line(h, s_r, chunk) + ((s_u ^ s_r) << 4);
     const unsigned s_off1 = Sl::line(h, s_r + 4, chunk) + ((s_u ^ (s_r + 4)) << 4);
-    cluster_arrive();
+    cluster_arrive_relaxed();
     cluster_wait();
     // grad_fn^T sums: [m-tile of 16 columns][n-tile of 8 mixes][4] (columns 16 mt + g (+8 for e >= 2), mixes 8 nt +
     // 2q (+1 for odd e)).
@@ -2766,7 +2776,7 @@ __global__ void __launch_bounds__(kFmThreads, 1) mix_fused_bwd_mma_kernel(const 
         }
   } else {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kFmFinisherRegs));
-    cluster_arrive();
+    cluster_arrive_relaxed();
     cluster_wait();
     const float s0 = __ldg(a.scale), s1 = __ldg(a.scale + 1), s2 = __ldg(a.scale + 2);
     const float base_m = lane < a.M ? __ldg(a.base + lane) : 0.f;
