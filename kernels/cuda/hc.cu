@@ -70,14 +70,17 @@ percentages are one-pass bytes over time, against the copy rate):
           hc_pre's collapse a tile later 0.3081 -> 0.3058 ms (`parity run --perf` 0.3029 ms, 74.2%); mix_post_comb's
           range check on raw bits and blocks of 512 threads, post_comb 0.0138 -> 0.0123 ms (`parity run --perf`
           0.2997 ms, 75.1%, in one run: run27; the same code 0.3029 ms in run28 and 0.3071, 0.3028, 0.3059, 0.3033
-          ms in run29 and its repeats: 73.2-74.2%, so 75% is not held)
+          ms in run29 and its repeats: 73.2-74.2%, so 75% is not held); fn's loads before the ring's tiles and a
+          relaxed start barrier (the loop began at 14 us, now 4.3): 0.3224 -> 0.3127 ms hot (3 alternating runs, the
+          same bits; `parity run --perf`, cold, 0.3018 ms, 74.4%: run30)
   hc_pre  bwd 1.498 ms (27%: reduce 0.227 = 99%, token 0.108, dx_dfn 1.151, sums 0.020); with dx_dfn on the tensor
           cores (mix_bwd_dx_dfn_mma) 0.839 ms (48%: dx_dfn 1.094 -> 0.488 ms, 84% of the copy rate on its own bytes;
           A/B in one process, bench/hc_ab.sh, 3 runs each); with divide_lines and hc a template parameter of the
           token kernel 0.795 ms (51%: token 0.113 -> 0.067 ms; 0.099 -> 0.043 at 257 tokens, a single thread's chain);
           with the Sinkhorn backward beside the reduce 0.780 ms (52%)
   hc_head fwd 0.453 ms (50%), fused with TMA + ldmatrix 0.358 ms (62%), st.async 0.258 ms (87%; `parity run
-          --perf` 0.243 ms, 92%), two slots of warp partials 0.241 -> 0.237 (`parity run --perf` 0.238 ms, 94%);
+          --perf` 0.243 ms, 92%), two slots of warp partials 0.241 -> 0.237 (`parity run --perf` 0.238 ms, 94%), fn
+          before the ring (see hc_pre) 0.2370 -> 0.2336 (`parity run --perf` 0.2351 ms, 95%);
           bwd 0.782 ms (52%: dx_dfn 0.539 = 75%), in one pass (mix_fused_bwd) 0.464 ms
           (87%; the two-pass 0.726 ms in the same run; 0.776 ms with the gate backward serial on the finisher's
           lane 0, where ncu put 35% of the compute warps' stall samples on the wait for the coefficient rows)
