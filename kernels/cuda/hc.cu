@@ -17,7 +17,7 @@ H = 4 instantiation (ptxas, sm_90a):
   mix_fused_fwd<Pre|Head>      forward in one pass over x (bf16, hc 4, hidden 2048/4096, Hopper): mixes
                                on the tensor cores (fn split exactly into 3 bf16 terms), pre, collapse; a
                                cluster of 16 CTAs per tile of 16 tokens, x by TMA, fp64 cross-warp/CTA
-                               sums, st.async between CTAs                               128 / 87 reg, 225 KB smem
+                               sums, st.async between CTAs                               128 / 88 reg, 225 KB smem
   mix_post_comb<H>             post and comb (Sinkhorn) from the mixes, after mix_fused_fwd    thread/token 47 reg
   mix_post_comb_quad           the same at hc 4, a thread per line, shuffles transposing    4 threads/token 26 reg
   mix_bwd_reduce<H>            per token: sum x^2 and g_pre_h = <g_y, x_h> (fp64 sums); hc_pre: its first
