@@ -1522,30 +1522,29 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
     arm_slots(pre_in, kPreSlots, kPreBytes);
     mbar_init_fence();
   }
+  // Every pair p of block j and n-tile nt of this thread's share of fn, in one order for the loads and the split.
+  const auto each_pair = [](auto&& f) {
+#pragma unroll
+    for (int j = 0; j < BPW; ++j)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int p = 0; p < 4; ++p) f(j, nt, p);
+  };
   float2 w[BPW][NT][4];  // pair p: k = 8p + 2q, 8p + 2q + 1, the B fragment's b0, b1 of both k-steps
-#pragma unroll
-  for (int j = 0; j < BPW; ++j)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        const int m = nt * 8 + g;
-        w[j][nt][p] = m < a.M ? __ldg(reinterpret_cast<const float2*>(fn + int64_t(m) * K + block_k(j) + 8 * p + 2 * q))
-                              : make_float2(0.f, 0.f);
-      }
+  each_pair([&](int j, int nt, int p) {
+    const int m = nt * 8 + g;
+    w[j][nt][p] = m < a.M ? __ldg(reinterpret_cast<const float2*>(fn + int64_t(m) * K + block_k(j) + 8 * p + 2 * q))
+                          : make_float2(0.f, 0.f);
+  });
   // fn's slice as B fragments, split once for the whole launch: fb[j][n-tile][term][4 words].
   uint32_t fb[BPW][NT][3][4];
+  each_pair([&](int j, int nt, int p) {
+    uint32_t t3[3];
+    split_terms(w[j][nt][p].x, w[j][nt][p].y, t3);
 #pragma unroll
-  for (int j = 0; j < BPW; ++j)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        uint32_t t3[3];
-        split_terms(w[j][nt][p].x, w[j][nt][p].y, t3);
-#pragma unroll
-        for (int i = 0; i < 3; ++i) fb[j][nt][i][p] = t3[i];
-      }
+    for (int i = 0; i < 3; ++i) fb[j][nt][i][p] = t3[i];
+  });
   asm volatile("" ::"r"(fb[0][0][0][0]), "r"(fb[BPW - 1][NT - 1][0][3]));  // the ring after fn's first and last loads
   if (tid == 0)
     for (int p = 0; p < kFusedStages && p < mine.count; ++p) issue_tile(mine.tile(p), p);
