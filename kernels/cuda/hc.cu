@@ -72,7 +72,9 @@ percentages are one-pass bytes over time, against the copy rate):
           0.2997 ms, 75.1%, in one run: run27; the same code 0.3029 ms in run28 and 0.3071, 0.3028, 0.3059, 0.3033
           ms in run29 and its repeats: 73.2-74.2%, so 75% is not held); fn's loads before the ring's tiles and a
           relaxed start barrier (the loop began at 14 us, now 4.3): 0.3224 -> 0.3127 ms hot (3 alternating runs, the
-          same bits; `parity run --perf`, cold, 0.3018 ms, 74.4%: run30)
+          same bits; `parity run --perf`, cold, 0.3018 ms, 74.4%: run30); the last collapses but one on every warp
+          but the finisher (480 threads, 256 before): 0.3026 -> 0.3011 ms hot (medians of 6 alternating runs, the
+          same bits)
   hc_pre  bwd 1.498 ms (27%: reduce 0.227 = 99%, token 0.108, dx_dfn 1.151, sums 0.020); with dx_dfn on the tensor
           cores (mix_bwd_dx_dfn_mma) 0.839 ms (48%: dx_dfn 1.094 -> 0.488 ms, 84% of the copy rate on its own bytes;
           A/B in one process, bench/hc_ab.sh, 3 runs each); with divide_lines and hc a template parameter of the
@@ -1552,17 +1554,17 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
   cluster_arrive_relaxed();  // see cluster_arrive_relaxed: the start needs no release either
   cluster_wait();  // every CTA of the cluster has started: its shared memory may be written from now on
 
-  // 3. Collapse tile n's slice from its ring stage, with pre from spre[n % P] (P = kPreSlots), by the `count` threads
-  // from `first` on, once every token's pre is in; the slot is armed for its next tile, n + P, whose pre no CTA sends
-  // before X(n + P): after these threads' reads.
-  auto collapse = [&](int64_t n, int first, int count) {
+  // 3. Collapse tile n's slice from its ring stage, with pre from spre[n % P] (P = kPreSlots), by `count` threads, this
+  // one the `index`-th, once every token's pre is in; the slot is armed for its next tile, n + P, whose pre no CTA
+  // sends before X(n + P): after these threads' reads.
+  auto collapse = [&](int64_t n, int index, int count) {
     mbar_wait<true>(pre_in + n % kPreSlots, unsigned(n / kPreSlots) & 1);
-    if (tid == first) mbar_expect_bytes(pre_in + n % kPreSlots, kPreBytes);
+    if (index == 0) mbar_expect_bytes(pre_in + n % kPreSlots, kPreBytes);
     const unsigned char* xs = ring + size_t(n % kFusedStages) * Sl::StageBytes;
     const float* pre = spre + (n % kPreSlots) * kFusedTM * H4;
     constexpr int per_stream = Sl::Dc / 8;
 #pragma unroll 1
-    for (int v = tid - first; v < kFusedTM * per_stream; v += count) {
+    for (int v = index; v < kFusedTM * per_stream; v += count) {
       const int row = v / per_stream, cs = v % per_stream;
       const int64_t t = mine.tile(n) * kFusedTM + row;
       float o[8];
@@ -1701,28 +1703,28 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
       cluster_arrive_relaxed();  // X(n)
       if (n >= kCollapseLag) {
         const int64_t m = n - kCollapseLag;
-        collapse(m, kCollapseFirst, kCollapseCount);
+        collapse(m, tid - kCollapseFirst, kCollapseCount);
         named_bar_sync(2, kCollapseCount);  // ring stage m % S is free: it takes tile m + S
         if (tid == kCollapseFirst && m + kFusedStages < mine.count)
           issue_tile(mine.tile(m + kFusedStages), int(m % kFusedStages));
       }
     }
   }
-  // The last token and the last kCollapseLag collapses. X(last) frees the spre slot of the last pre; the last waits
-  // for the last bytes sent to this CTA, and X(last + 1) keeps every CTA until all have sent theirs.
+  // The last token and the last kCollapseLag collapses, all but the last by every warp but the finisher (the summing
+  // warps have no more rows to sum). X(last) frees the spre slot of the last pre; the last waits for the last bytes
+  // sent to this CTA, and X(last + 1) keeps every CTA until all have sent theirs.
   if (mine.count > 0) cluster_wait();
   if (warp == kFinisher) {
     if (mine.count > 0) finish_token(mine.count - 1);
     cluster_arrive_relaxed();
   } else {
     cluster_arrive_relaxed();
-    if (tid >= kCollapseFirst)
 #pragma unroll
-      for (int k = kCollapseLag; k >= 2; --k)
-        if (mine.count >= k) collapse(mine.count - k, kCollapseFirst, kCollapseCount);
+    for (int k = kCollapseLag; k >= 2; --k)
+      if (mine.count >= k) collapse(mine.count - k, tid - 32 * (tid >> 8), kFusedThreads - 32);
   }
   cluster_wait();
-  if (mine.count > 0) collapse(mine.count - 1, 0, kFusedThreads);
+  if (mine.count > 0) collapse(mine.count - 1, tid, kFusedThreads);
 }
 
 // post and comb from the mixes, one thread per token (after mix_fused_fwd<pre>); compiled per hc, as mix_bwd_token.
