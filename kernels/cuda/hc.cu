@@ -1307,7 +1307,10 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 // and comb in this kernel's tail (post_comb_quad by the summing warps while the upper half collapses the last tiles,
 // then by every quad): the same bits, but 0.3167 against 0.3033 ms. mix_post_comb after this kernel costs ~8 us of
 // the pair (0.294 ms without it), about one Sinkhorn round, and a CTA's ~147 tokens take two rounds of its 128 quads
-// (reports/gpu/2026-11-27-h100-post-comb-tail-ab.log, the patch beside it).
+// (reports/gpu/2026-11-27-h100-post-comb-tail-ab.log, the patch beside it). Also dropped: tiles claimed from a counter
+// as the clusters go (their fixed shares end up to 6 us apart): the same bits, but hc_pre x1.11 and hc_head x1.32;
+// without the atomic, the tile looked up per stage still cost x1.06 / x1.03 on the finisher's and issuer's paths
+// (reports/gpu/2026-11-27-h100-fused-fwd-claimed-tiles-ab.log, the patch beside it).
 // A stage is one TMA box as it lands: x viewed as [stream][hidden / 64][token][64] (4-D tensor map, strides in any
 // order), box (64, 16 tokens, Dc / 64, H), 128-byte swizzle: the 16 tokens of a 64-element chunk are 16 lines of
 // 128 bytes, unit u of line r at u ^ (r % 8) (FusedSlice::at). ldmatrix then reads the multiply's A fragments (8 rows
