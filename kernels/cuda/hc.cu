@@ -1761,25 +1761,25 @@ struct QuadLine {
     for (int k = 0; k < H4; ++k) total += at(k);
     return total;
   }
-  // divide_lines for one line: each quotient is exact where its own operands are in range, so the check covers the
-  // line and its denominator only, and the bits are divide_lines'. It checks the raw bits, not the magnitudes: the
-  // forward's lines are positive, and a sign bit, like a value out of range, only sends its line to `/`.
-  __device__ __forceinline__ void divide(float den) {
-    const float r = line_reciprocal(den);
-    float q[H4];
-    uint32_t lo[H4 + 1], hi[H4 + 1];
-#pragma unroll
-    for (int s = 0; s < H4; ++s) {
-      q[s] = quotient_in_range(v[s], den, r);
-      lo[s] = hi[s] = __float_as_uint(v[s]);
-    }
-    lo[H4] = hi[H4] = __float_as_uint(den);
-    if ((fold_tree<false>(lo) >= kDivideLo) & (fold_tree<true>(hi) <= kDivideHi)) {
-#pragma unroll
-      for (int s = 0; s < H4; ++s) v[s] = q[s];
-    } else {
+  // divide_lines for one line, its range check left to the caller: each quotient is exact where its own operands are
+  // in range, and their raw bits (not magnitudes: the forward's lines are positive, and a sign bit, like a value out of
+  // range, fails the check) are folded into the running [lo, hi]. Exact: plain `/`, the check's other branch.
+  template <bool Exact>
+  __device__ __forceinline__ void divide(float den, uint32_t& lo, uint32_t& hi) {
+    if constexpr (Exact) {
 #pragma unroll
       for (int s = 0; s < H4; ++s) v[s] = v[s] / den;
+    } else {
+      const float r = line_reciprocal(den);
+      uint32_t l[H4 + 2], h[H4 + 2];
+#pragma unroll
+      for (int s = 0; s < H4; ++s) {
+        l[s] = h[s] = __float_as_uint(v[s]);
+        v[s] = quotient_in_range(v[s], den, r);
+      }
+      l[H4] = h[H4] = __float_as_uint(den);
+      l[H4 + 1] = lo, h[H4 + 1] = hi;
+      lo = fold_tree<false>(l), hi = fold_tree<true>(h);
     }
   }
 };
@@ -1789,7 +1789,10 @@ struct QuadLine {
 // H100, V4 dims, bench/hc_ab.sh (3 runs each, every hash unchanged, also at 37, 257 and 1000 tokens): post_comb
 // 0.0174 -> 0.0145 ms, the fused forward with it 0.3161 -> 0.3128 ms. Then the range check on raw bits (QuadLine::
 // divide) and blocks of 512 threads, 128 before: 0.0138 -> 0.0130 -> 0.0123 ms (5 alternating runs, the same bits;
-// 256 threads 0.0128).
+// 256 threads 0.0128). globaltimer stamps per block then put its body at ~7 us, ~5 of them the 39 normalisations
+// (~250 clock cycles each, 16 warps an SM); the range check once at the end instead of a branch in each: 0.0121 ->
+// 0.0114 ms (medians of 6 alternating runs; the pair with the fused forward 0.2980 -> 0.2976, within noise;
+// reports/gpu/2026-11-27-h100-post-comb-range-once-ab.log).
 __global__ void __launch_bounds__(512) mix_post_comb_quad_kernel(MixFwdArgs a) {
   static_assert(H4 == 4);
   asm volatile("griddepcontrol.wait;\n" ::: "memory");  // the kernel before it has completed and its writes are seen
@@ -1803,7 +1806,8 @@ __global__ void __launch_bounds__(512) mix_post_comb_quad_kernel(MixFwdArgs a) {
   const float s1 = __ldg(a.scale + 1), s2 = __ldg(a.scale + 2);
   const int m_post = H4 + line.i;
   if (store) a.post[t * H4 + line.i] = a.post_mult * sigmoid(logit(mix[m_post], s1, __ldg(a.base + m_post)));
-  // Row i of comb's logits (comb_logits), then softmax_rows.
+  // Row i of comb's logits (comb_logits), then softmax_rows' numerators.
+  float e[H4];
 #pragma unroll
   for (int s = 0; s < H4; ++s) {
     const int m = 2 * H4 + line.i * H4 + (line.i ^ s);
@@ -1813,16 +1817,26 @@ __global__ void __launch_bounds__(512) mix_post_comb_quad_kernel(MixFwdArgs a) {
 #pragma unroll
   for (int k = 1; k < H4; ++k) mx = fmaxf(mx, line.at(k));
 #pragma unroll
-  for (int s = 0; s < H4; ++s) line.v[s] = expf(line.v[s] - mx);
-  line.divide(line.sum());
-#pragma unroll
-  for (int s = 0; s < H4; ++s) line.v[s] += a.hc_eps;
-  // Normalisation n divides columns when n is odd: held as rows now, the lines alternate from the first transpose.
+  for (int s = 0; s < H4; ++s) e[s] = expf(line.v[s] - mx);
+  // The softmax's division and the Sinkhorn's: normalisation n divides columns when n is odd (held as rows now, the
+  // lines alternate from the first transpose). The range of every division's operands is checked once at the end, off
+  // the chain of dependent steps, and a warp with any of them out of range runs the whole sequence again with `/`.
   const int norms = sinkhorn_norms(a.iters);
-  for (int n = 1; n <= norms; ++n) {
-    line.transpose();
-    line.divide(line.sum() + a.hc_eps);
-  }
+  uint32_t lo = ~0u, hi = 0;
+  const auto normalise = [&](auto exact) {
+    constexpr bool kExact = decltype(exact)::value;
+#pragma unroll
+    for (int s = 0; s < H4; ++s) line.v[s] = e[s];
+    line.divide<kExact>(line.sum(), lo, hi);
+#pragma unroll
+    for (int s = 0; s < H4; ++s) line.v[s] += a.hc_eps;
+    for (int n = 1; n <= norms; ++n) {
+      line.transpose();
+      line.divide<kExact>(line.sum() + a.hc_eps, lo, hi);
+    }
+  };
+  normalise(std::false_type{});
+  if (__any_sync(~0u, !((lo >= kDivideLo) & (hi <= kDivideHi)))) normalise(std::true_type{});
   const bool columns = norms > 0 && (norms & 1);
   if (store) {
 #pragma unroll
