@@ -74,7 +74,9 @@ percentages are one-pass bytes over time, against the copy rate):
           relaxed start barrier (the loop began at 14 us, now 4.3): 0.3224 -> 0.3127 ms hot (3 alternating runs, the
           same bits; `parity run --perf`, cold, 0.3018 ms, 74.4%: run30); the last collapses but one on every warp
           but the finisher (480 threads, 256 before): 0.3026 -> 0.3011 ms hot (medians of 6 alternating runs, the
-          same bits)
+          same bits; `parity run --perf` 0.2994 ms, 75.1%: run31, and 74.5-75.6% in three repeats); mix_post_comb's
+          range check once after the Sinkhorn, post_comb 0.0121 -> 0.0114 ms (`parity run --perf` 0.2952-0.2979 ms,
+          75.1-75.8%, three runs on one machine)
   hc_pre  bwd 1.498 ms (27%: reduce 0.227 = 99%, token 0.108, dx_dfn 1.151, sums 0.020); with dx_dfn on the tensor
           cores (mix_bwd_dx_dfn_mma) 0.839 ms (48%: dx_dfn 1.094 -> 0.488 ms, 84% of the copy rate on its own bytes;
           A/B in one process, bench/hc_ab.sh, 3 runs each); with divide_lines and hc a template parameter of the
