@@ -1724,6 +1724,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
     cluster_arrive_relaxed();
   } else {
     cluster_arrive_relaxed();
+    static_assert(kCollapseFirst == 256, "tid - 32 (tid >> 8) numbers the threads around the finisher, warp 7");
 #pragma unroll
     for (int k = kCollapseLag; k >= 2; --k)
       if (mine.count >= k) collapse(mine.count - k, tid - 32 * (tid >> 8), kFusedThreads - 32);
