@@ -202,6 +202,18 @@ inline std::vector<Case> cases(const Registry& reg, at::DeviceType device, const
   return c;
 }
 
+// A parameterised run's fixture: the case's op and variant in the test file's registry, and its context.
+template <const Registry& (*kRegistry)()>
+class VariantTest : public ::testing::TestWithParam<Case> {
+ protected:
+  const Case& c() const { return GetParam(); }
+  const Op& op() const { return kRegistry().op(c().op); }
+  const Variant& variant() const { return kRegistry().variant(c().op, c().variant); }
+  OpContext ctx() const { return context(c().shape, c().dtype); }
+  // An hf variant on bf16 streams rounds where HF rounds: its forward contract is bitwise, not the fp32 bound.
+  bool hf_rounding() const { return c().variant.ends_with(":hf") && c().dtype == at::kBFloat16; }
+};
+
 inline std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
   const std::string id = c.variant.substr(c.variant.find(':') + 1);

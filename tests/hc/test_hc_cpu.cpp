@@ -56,15 +56,7 @@ TensorMap inputs(const Op& op, const OpContext& ctx, const Shape& s) { return ma
 
 std::vector<Case> cpu_cases() { return cases(registry(), at::kCPU, shapes()); }
 
-class CpuVariant : public ::testing::TestWithParam<Case> {
- protected:
-  const Case& c() const { return GetParam(); }
-  const Op& op() const { return registry().op(c().op); }
-  const Variant& variant() const { return registry().variant(c().op, c().variant); }
-  OpContext ctx() const { return context(c().shape, c().dtype); }
-  // cpu:hf on bf16 streams rounds where HF rounds: its forward contract is bitwise, not the fp32 bound.
-  bool hf_rounding() const { return c().variant == "cpu:hf" && c().dtype == at::kBFloat16; }
-};
+class CpuVariant : public VariantTest<registry> {};
 
 TEST_P(CpuVariant, ForwardMatchesReference) {
   SCOPED_TRACE(c().shape.covers);

@@ -144,21 +144,15 @@ at::Tensor hc_post_hf_sequential(const Constants& k, const TensorMap& in) {
 
 std::vector<Case> cuda_cases() { return cases(registry(), at::kCUDA, shapes()); }
 
-class CudaVariant : public ::testing::TestWithParam<Case> {
+class CudaVariant : public VariantTest<registry> {
  protected:
   void SetUp() override {
     if (const auto why = skip_reason()) GTEST_SKIP() << *why;
   }
-  const Case& c() const { return GetParam(); }
-  const Op& op() const { return registry().op(c().op); }
-  const Variant& variant() const { return registry().variant(c().op, c().variant); }
-  OpContext ctx() const { return context(c().shape, c().dtype); }
   std::string label(const std::string& tensor) const {
     return fmt::format("{} {} {} h{} t{} d{} {}", c().op, c().variant, dtype_name(c().dtype), c().shape.hc,
                        c().shape.tokens, c().shape.hidden, tensor);
   }
-  // cuda:hf on bf16 streams rounds where HF rounds: its forward contract is bitwise, not the fp32 bound.
-  bool hf_rounding() const { return c().variant == "cuda:hf" && c().dtype == at::kBFloat16; }
 };
 
 TEST_P(CudaVariant, ForwardMatchesReference) {
