@@ -31,27 +31,6 @@ __global__ void fill_pair(__nv_bfloat16* actual, __nv_bfloat16* expected, int64_
   }
 }
 
-double median_ms(const std::function<void()>& f) {
-  for (int i = 0; i < 2; ++i) f();
-  CK(cudaDeviceSynchronize());
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int i = 0; i < 10; ++i) {
-    CK(cudaEventRecord(a));
-    f();
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
-    float t = 0;
-    CK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  CK(cudaGetLastError());
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
 int main(int argc, char** argv) {
   const int log2n = argc > 1 ? std::atoi(argv[1]) : 30;
   const int64_t n = int64_t{1} << log2n;
@@ -94,8 +73,8 @@ int main(int argc, char** argv) {
     cc::launch_compare_first(cc::Dtype::bf16, cc::Dtype::bf16, actual, expected, false, ranges, layout.blocks, listed,
                              nullptr);
   };
-  const double read_ms = median_ms([&] { cc::launch_read_both(actual, n * 2, expected, n * 2, words, nullptr); });
-  const double scan_ms = median_ms(scan), compare_ms = median_ms(compare);
+  const double read_ms = time_ms([&] { cc::launch_read_both(actual, n * 2, expected, n * 2, words, nullptr); });
+  const double scan_ms = time_ms(scan), compare_ms = time_ms(compare);
   std::printf("2^%d bf16 pairs as [%lld, %lld], %d blocks\n", log2n, (long long)rows, (long long)cols, layout.blocks);
   std::printf("read both   %8.3f ms  %7.1f GB/s\n", read_ms, 4.0 * n / read_ms / 1e6);
   std::printf("scan        %8.3f ms  x_read %.2f\n", scan_ms, scan_ms / read_ms);

@@ -1,13 +1,16 @@
 // What the standalone GPU timing drivers (bench/hc_cuda_timing.cu, bench/compare_cuda_timing.cu) share: the CUDA
-// error check, the seeded normal data they fill their inputs with, and the FNV-1a hash of the results they print so
-// that a kernel change that keeps its results prints the same hash.
+// error check, the seeded normal data they fill their inputs with, the event timing, and the FNV-1a hash of the
+// results they print so that a kernel change that keeps its results prints the same hash.
 #pragma once
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <vector>
 
 #define CK(call)                                                                                  \
   do {                                                                                            \
@@ -34,4 +37,29 @@ __device__ inline float hash_normal(uint64_t i, uint32_t seed) {
 inline uint64_t fnv1a(const void* p, size_t n, uint64_t h = 1469598103934665603ull) {
   for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(p)[i]) * 1099511628211ull;
   return h;
+}
+
+// Median of `reps` event-timed runs of f (each run may launch several kernels), after `warm` untimed runs.
+inline double time_ms(const std::function<void()>& f, int warm = 3, int reps = 20) {
+  for (int i = 0; i < warm; ++i) f();
+  CK(cudaGetLastError());
+  CK(cudaDeviceSynchronize());
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    CK(cudaEventRecord(a));
+    f();
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    float t = 0;
+    CK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  CK(cudaGetLastError());
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
 }

@@ -75,31 +75,6 @@ T* normal(int64_t n, uint32_t seed, float stddev = 1.f, float mean = 0.f) {
   return p;
 }
 
-// Median of `reps` event-timed runs of f (each run may launch several kernels), after `warm` untimed runs.
-double time_ms(const std::function<void()>& f, int warm = 3, int reps = 20) {
-  for (int i = 0; i < warm; ++i) f();
-  CK(cudaGetLastError());
-  CK(cudaDeviceSynchronize());
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<double> ms;
-  for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(a));
-    f();
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
-    float t = 0;
-    CK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  CK(cudaGetLastError());
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
 // FNV-1a over the bytes of device buffers, in order.
 uint64_t device_hash(const std::vector<std::pair<const void*, int64_t>>& buffers) {
   uint64_t h = 1469598103934665603ull;
