@@ -2640,7 +2640,12 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
 // coefficients' wait 12%, barrier 1 8%. Tried and dropped: a on the fifth warpgroup (four rows a warp, eight lanes a
 // row, so 6.7x fewer shuffles, beside c): 1.16 ms, one warp a scheduler cannot hide the fp64 chains, and the
 // finisher waited behind its own rows. To reach 75% of the copy rate this needs about half the instructions per tile
-// (the steps and profiles: reports/gpu/2026-11-26-h200-hc-pre-fused-bwd-ab.json).
+// (the steps and profiles: reports/gpu/2026-11-26-h200-hc-pre-fused-bwd-ab.json). Also tried and dropped: the two
+// passes as producers and consumers of one cooperative launch, chained through L2 (reduce + bwd_token_warp per token;
+// dx_dfn_mma's CTAs on interleaved tiles): the same grad_x bits, 0.819-0.829 against 0.78-0.79 ms (H100), bound by its
+// consumers (alone, on the 192 CTAs the producers leave, 0.71 ms); nor did a dx_dfn_mma tile with its coefficients
+// split once per CTA (0.513 against 0.489 ms) or a deeper ring (0.504-0.513) help
+// (reports/gpu/2026-11-27-h100-hc-pre-bwd-chain.log, the patch beside it).
 // Threads: four warpgroups of compute warps and a fifth whose first warp is the finisher (its other three only keep
 // the cluster barrier). 20 warps launch at 96 registers a thread (5 warps a scheduler), where the grad_fn sums
 // spilled 88 bytes; setmaxnreg then moves registers within the CTA's pool, which is what the launch allocated (an
