@@ -4,28 +4,19 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/harness/hc_post_case_text.hpp"
+
 namespace parity {
 namespace {
 
-const char* kHeader = R"toml(family = "hc"
-[constants]
-hc_eps = 1e-6
-rms_eps = 1e-6
-sinkhorn_iters = 20
-post_mult = 2.0
-)toml";
+using test::kHcConstants;
+using test::kHcPostPolicies;
 
-const char* kPolicies = R"toml([case.policy]
-out = "ulp<=1"
-"grad/x" = "naive_relative(k=2, floor=1)"
-"grad/residual" = "naive_relative(k=2, floor=1)"
-"grad/post" = "naive_relative(k=2, floor=1)"
-"grad/comb" = "naive_relative(k=2, floor=1)"
-)toml";
-
-std::string post_case(const std::string& extra, const std::string& policies = kPolicies) {
-  return std::string(kHeader) + "[[case]]\nid = \"hc_post/t\"\ncovers = \"test\"\n" +
-         "dims = { tokens = 8, hc = 4, hidden = 16 }\ndtype = \"bf16\"\nsuites = [\"x\"]\n" + extra + "\n" + policies;
+std::string post_case(const std::string& extra, const std::string& policies = kHcPostPolicies) {
+  return test::hc_post_case_text("id = \"hc_post/t\"\ncovers = \"test\"\ndims = { tokens = 8, hc = 4, hidden = 16 }\n"
+                                 "dtype = \"bf16\"\nsuites = [\"x\"]\n" +
+                                     extra,
+                                 policies);
 }
 
 std::string error_of(const std::string& text) {
@@ -71,18 +62,18 @@ TEST(CaseFile, MissingDims) {
 }
 
 TEST(CaseFile, BadTolerance) {
-  std::string pol = kPolicies;
+  std::string pol = kHcPostPolicies;
   pol.replace(pol.find("ulp<=1"), 6, "ulp<=-1");
   EXPECT_NE(error_of(post_case("seed = 1", pol)).find("field 'policy.out'"), std::string::npos);
-  pol = kPolicies;
+  pol = kHcPostPolicies;
   pol.replace(pol.find("naive_relative(k=2, floor=1)"), 28, "allclose(atol=1e-3)");
   EXPECT_NE(error_of(post_case("seed = 1", pol)).find("field 'policy.grad/x'"), std::string::npos);
 }
 
 TEST(CaseFile, PolicyForUnknownTensorAndMissingPolicy) {
-  std::string pol = std::string(kPolicies) + "outt = \"bitwise\"\n";
+  std::string pol = std::string(kHcPostPolicies) + "outt = \"bitwise\"\n";
   EXPECT_NE(error_of(post_case("seed = 1", pol)).find("'outt' is not an output of hc_post"), std::string::npos);
-  pol = kPolicies;
+  pol = kHcPostPolicies;
   pol.erase(pol.find("\"grad/comb\""));
   EXPECT_NE(error_of(post_case("seed = 1", pol)).find("field 'policy.grad/comb': missing policy"), std::string::npos);
   // Without backward the grads need no policy.
@@ -103,7 +94,7 @@ TEST(CaseFile, SkipNeedsReason) {
 }
 
 TEST(CaseFile, TomlSyntaxErrorHasLine) {
-  EXPECT_NE(error_of(std::string(kHeader) + "[[case]\n").find("cases/t.toml:7:"), std::string::npos);
+  EXPECT_NE(error_of(std::string(kHcConstants) + "[[case]\n").find("cases/t.toml:7:"), std::string::npos);
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 
 #include <fstream>
 
+#include "tests/harness/hc_post_case_text.hpp"
+
 namespace parity {
 namespace {
 
@@ -292,23 +294,10 @@ TEST(Markdown, PassingRunHasNoTable) {
 // --- overrides -------------------------------------------------------------------------------------------------
 
 std::vector<Case> post_case() {
-  return parse_cases(R"toml(family = "hc"
-[constants]
-hc_eps = 1e-6
-rms_eps = 1e-6
-sinkhorn_iters = 20
-post_mult = 2.0
-[[case]]
-id = "hc_post/t"
-covers = "test"
-dims = { tokens = 8, hc = 4, hidden = 16 }
-dtype = "bf16"
-seed = 3
-suites = ["x"]
-backward = false
-[case.policy]
-out = "ulp<=1"
-)toml",
+  return parse_cases(test::hc_post_case_text("id = \"hc_post/t\"\ncovers = \"test\"\n"
+                                             "dims = { tokens = 8, hc = 4, hidden = 16 }\ndtype = \"bf16\"\nseed = 3\n"
+                                             "suites = [\"x\"]\nbackward = false",
+                                             "[case.policy]\nout = \"ulp<=1\"\n"),
                      "cases/t.toml", Registry::global());
 }
 

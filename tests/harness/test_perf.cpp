@@ -2,6 +2,7 @@
 // model, the timing and the ceilings; a path that throws becomes an entry with its error, the others are still
 // timed. The device ceilings come from (and on first use go to) the cache under $PARITY_HOME/device.
 #include "references/hc.hpp"
+#include "tests/harness/hc_post_case_text.hpp"
 
 #include <parity/error.hpp>
 #include <parity/perf.hpp>
@@ -16,29 +17,11 @@ namespace parity {
 namespace {
 
 std::string post_case(const std::string& variants, const std::string& extra = "") {
-  return R"toml(family = "hc"
-[constants]
-hc_eps = 1e-6
-rms_eps = 1e-6
-sinkhorn_iters = 20
-post_mult = 2.0
-[[case]]
-id = "hc_post/perf_tiny"
-covers = "perf test"
-dims = { tokens = 16, hc = 4, hidden = 32 }
-dtype = "bf16"
-seed = 5
-suites = ["x"]
-variants = )toml" + variants + "\n" + extra + R"toml(
-[case.notes]
-upstream = "xtuner fused hc_post ~21x fwd over eager"
-[case.policy]
-out = "ulp<=1"
-"grad/x" = "naive_relative(k=2, floor=1)"
-"grad/residual" = "naive_relative(k=2, floor=1)"
-"grad/post" = "naive_relative(k=2, floor=1)"
-"grad/comb" = "naive_relative(k=2, floor=1)"
-)toml";
+  return test::hc_post_case_text("id = \"hc_post/perf_tiny\"\ncovers = \"perf test\"\n"
+                                 "dims = { tokens = 16, hc = 4, hidden = 32 }\ndtype = \"bf16\"\nseed = 5\n"
+                                 "suites = [\"x\"]\nvariants = " +
+                                 variants + "\n" + extra +
+                                 "\n[case.notes]\nupstream = \"xtuner fused hc_post ~21x fwd over eager\"");
 }
 
 Case parse_one(const std::string& text, const Registry& reg) {
