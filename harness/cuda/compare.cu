@@ -27,8 +27,8 @@ the first mismatches: which blocks hold them, and where in the list each block's
 compare_first: one block per stretch (those that hold none of the first mismatches return at once), listing them in
 order (a block-wide prefix count per tile) until it has the number asked for.
 
-ptxas (sm_90a): 111-128 registers; no spills but for bf16 against fp64, fp64 against bf16 and fp64 against fp32
-(8-20 bytes). On an H200 the same 2^30 compare takes 2.62 ms, 2.73x its faster read (issue-bound: the ratio follows the
+ptxas (sm_90a): 82-128 registers, no spill in any instantiation (bf16 against fp64, fp64 against bf16 and fp64 against
+fp32 spilled 8-20 bytes before offer() and the straddling cells recomputed |err|: see Scanner). On an H200 the same 2^30 compare takes 2.62 ms, 2.73x its faster read (issue-bound: the ratio follows the
 card's read rate).
 Measured (H100, bench/compare_cuda_timing.cu, 2^30 bf16 pairs, scan + merge + first): 2.62 ms, 1.88x a read of both,
 flat or as [2^18, 4096] (A/B in one process each step, results hashes unchanged: 2.07x before the 32-bit coordinates and
@@ -46,7 +46,12 @@ resolving 10% (a third of it at the back edge of finite8's two-half loop), short
 issued, not by bytes. Per warp and vector then (source counters at 6cdb134, 2^28 as [2^16, 4096]): 513
 instructions, of which finite4 244, the pair distances and finite8's tail 88, the tile loop's copies, waits and
 finiteness check 66, the spot's advance and the bars 52, the heatmap's check 18 (and 8.5 on average re-checking
-vectors that tie a cell's largest high word).
+vectors that tie a cell's largest high word). From the SASS (cuobjdump) since: ptxas kept the 8 |err| of a vector alive
+for the rare straddling-cell path (8 DADDs on every vector) and added the CGA base to each histogram address; with
+|err| recomputed there and in offer() from opaque copies, and the counter's address in LOP3 + LEA.HI (err_slot),
+finite8's straight block for bf16 pairs went from 292 to 275 instructions a warp and vector: scan 2.58 -> 2.54 ms,
+compare 2.60 -> 2.56 ms at 2^30 (x0.985, H100, 3 alternating runs of bench/compare_ab.sh, results hashes unchanged at
+5 shapes; reports/gpu/2026-11-27-h100-comparator-hot-path-ab.log).
 */
 #include "harness/cuda/compare.cuh"
 
@@ -197,6 +202,14 @@ template <typename T>
 __device__ __forceinline__ const T* opaque(const T* p) {
   asm("mov.b64 %0, %0;" : "+l"(p));
   return p;
+}
+
+// v's words, which the compiler can no longer tie to the values computed from v before.
+template <typename T, int N>
+__device__ __forceinline__ Vec<T, N> opaque(Vec<T, N> v) {
+#pragma unroll
+  for (int k = 0; k < Vec<T, N>::kWords; ++k) asm volatile("" : "+r"(v.w[k]));
+  return v;
 }
 
 __device__ __forceinline__ unsigned long long bits_of(double v) {
@@ -648,7 +661,7 @@ class Scanner {
       t.sum_dd = fma(diff, diff, t.sum_dd);
       t.sum_ae = fma(av, ev, t.sum_ae);
       const auto x_hi = static_cast<uint32_t>(__double2hiint(diff)) & 0x7FFFFFFFu;  // |diff|'s, off the fp64 pipe
-      atomicAdd(&err_[x_hi >> (cmp::kErrShift - 32)], 1u);
+      atomicAdd(err_slot(x_hi), 1u);
       big.x_high = max(big.x_high, x_hi);
       // Where a side is fp64, a nonzero error can have a high word of 0 (a subnormal), so its low words count too.
       if constexpr (sizeof(TA) == 8 || sizeof(TE) == 8) big.x_low |= static_cast<uint32_t>(__double2loint(diff));
@@ -720,10 +733,14 @@ class Scanner {
       if (x_key >= bar_of(__longlong_as_double(static_cast<long long>(*cell)))) raise_cell(cell, largest_error(a, e));
       return;
     }
+    // A vector across cells (rare): its errors recomputed from copies the compiler cannot see through, so that it does
+    // not keep |err| of every element from the sums above for this path (8 DADDs on every vector).
+    const Vec<TA> ar = opaque(a);
+    const Vec<TE> er = opaque(e);
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
       if (j > 0) at.next(heat_);
-      raise_cell(&cells_[at.cell(heat_)], error(a[j], e[j]));
+      raise_cell(&cells_[at.cell(heat_)], error(ar[j], er[j]));
     }
   }
 
@@ -755,6 +772,14 @@ class Scanner {
     }
   }
 
+  // The |err| histogram's counter of an error whose high word is x_hi (sign clear): its bucket x_hi >> 18 scaled to a
+  // byte offset by masking before the shift (ptxas then adds the base in one LEA.HI, where x_hi >> 18 took three).
+  __device__ uint32_t* err_slot(uint32_t x_hi) const {
+    constexpr int kShift = cmp::kErrShift - 32;
+    constexpr uint32_t kBucketBits = ~((uint32_t{1} << kShift) - 1);
+    return reinterpret_cast<uint32_t*>(reinterpret_cast<char*>(err_) + ((x_hi & kBucketBits) >> (kShift - 2)));
+  }
+
   __device__ double largest_error(const Vec<TA>& a, const Vec<TE>& e) const {
     double largest = 0;
 #pragma unroll
@@ -774,9 +799,11 @@ class Scanner {
   }
 
   // Offers each element of a finite vector to the maxima, in order, as element() does.
-  __device__ void offer(int o, const Vec<TA>& a, const Vec<TE>& e) {
+  __device__ void offer(int o, const Vec<TA>& a_in, const Vec<TE>& e_in) {
     ThreadTotals<TA, TE, TU>& t = t_;
     const auto at = static_cast<uint32_t>(o);
+    const Vec<TA> a = opaque(a_in);  // see finite8's cells: recomputed here, not kept from the sums
+    const Vec<TE> e = opaque(e_in);
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
       const double ev = Traits<TE>::value(e[j]), x = error(a[j], e[j]);

@@ -2645,9 +2645,10 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
 // dx_dfn_mma's CTAs on interleaved tiles): the same grad_x bits, 0.819-0.829 against 0.78-0.79 ms (H100), bound by its
 // consumers (alone, on the 192 CTAs the producers leave, 0.71 ms); nor did a dx_dfn_mma tile with its coefficients
 // split once per CTA (0.513 against 0.489 ms) or a deeper ring (0.504-0.513) help: ncu finds dx_dfn_mma latency-bound
-// at its 16 warps an SM (DRAM 75% of peak, issue 62%); a version with fn's fragments in shared memory and a third CTA
-// an SM (80 registers) is written but not measured (reports/gpu/2026-11-27-h100-hc-pre-bwd-chain.log, the patches
-// beside it).
+// at its 16 warps an SM (DRAM 75% of peak, issue 62%), yet a version with fn's fragments in shared memory and a third
+// CTA an SM (80 registers, 6 splits) is slower: dx_dfn 0.521-0.529 against 0.477-0.483 ms, with a 3-stage ring too
+// (reports/gpu/2026-11-27-h100-hc-pre-bwd-chain.log, 2026-11-27-h100-dx-dfn-mma-three-ctas-ab.log, the patches
+// beside them).
 // Threads: four warpgroups of compute warps and a fifth whose first warp is the finisher (its other three only keep
 // the cluster barrier). 20 warps launch at 96 registers a thread (5 warps a scheduler), where the grad_fn sums
 // spilled 88 bytes; setmaxnreg then moves registers within the CTA's pool, which is what the launch allocated (an
