@@ -2,6 +2,7 @@
 // parity checks.
 #include "harness/cli/command.hpp"
 
+#include <parity/error.hpp>
 #include <parity/report.hpp>
 #include <parity/results.hpp>
 #include <parity/runner.hpp>
@@ -24,7 +25,7 @@ void time_case(CaseResult& r, const Case& c, const Registry& reg, const RunOptio
     r.perf = run_perf(c, reg, opts, t);
   } catch (const std::exception& e) {
     r.status = Status::error;
-    r.error += (r.error.empty() ? "perf: " : "; perf: ") + std::string(e.what());
+    r.error += (r.error.empty() ? "perf: " : "; perf: ") + error_message(e);
   }
   std::cerr << fmt::format("[perf] {} ({:.1f} s)\n", c.id,
                            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
     std::cerr << "parity: error: " << e.what() << "\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "parity: harness error: " << e.what() << "\n";
+    std::cerr << "parity: harness error: " << error_message(e) << "\n";
     return 2;
   }
   return 2;

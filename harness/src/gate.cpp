@@ -367,7 +367,7 @@ void time_case(GateReport& g, CaseResult& r, const Case& c, const Registry& reg,
   try {
     r.perf = run_perf(c, reg, opts, TimingOptions{});
   } catch (const std::exception& e) {
-    g.errors.push_back(fmt::format("{}: perf: {}", c.id, e.what()));
+    g.errors.push_back(fmt::format("{}: perf: {}", c.id, error_message(e)));
     return;
   }
   for (const auto& e : r.perf->entries)

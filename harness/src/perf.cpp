@@ -22,12 +22,6 @@ namespace parity {
 
 namespace {
 
-std::string message(const std::exception& e) {
-  // c10::Error's what() carries a C++ backtrace that would swamp the report.
-  if (const auto* c10e = dynamic_cast<const c10::Error*>(&e)) return c10e->what_without_backtrace();
-  return e.what();
-}
-
 at::Device work_device(bool force_cpu) {
   return cuda_available() && !force_cpu ? at::Device(at::kCUDA, c10::cuda::current_device()) : at::Device(at::kCPU);
 }
@@ -321,7 +315,7 @@ void time_on_gpu(const std::vector<Path>& paths, std::vector<PerfEntry>& entries
       // After the timing: one-time allocations (cuBLAS workspaces) are then behind it, not in its peak.
       entries[i].peak_extra_bytes = peak_extra_bytes(call, dev);
     } catch (const std::exception& ex) {
-      entries[i].error = message(ex);
+      entries[i].error = error_message(ex);
     }
   }
 }
@@ -336,7 +330,7 @@ void time_on_cpu(const std::vector<Path>& paths, std::vector<PerfEntry>& entries
       calls.push_back(paths[i].setup());
       entry_of.push_back(i);
     } catch (const std::exception& ex) {
-      entries[i].error = message(ex);
+      entries[i].error = error_message(ex);
     }
   }
   std::vector<RegionTiming> timed = time_cpu_regions(calls, t);
@@ -349,7 +343,7 @@ void time_on_cpu(const std::vector<Path>& paths, std::vector<PerfEntry>& entries
     try {
       std::rethrow_exception(timed[k].error);
     } catch (const std::exception& ex) {
-      e.error = message(ex);
+      e.error = error_message(ex);
     }
   }
 }

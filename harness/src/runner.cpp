@@ -386,7 +386,7 @@ CaseResult run_case(const Case& c, const Registry& reg, const RunOptions& opts) 
           const References& r = refs_on(at::Device(v->device));
           run_variant(res, c, op, *v, ci, r.ref, r.naive, opts);
         } catch (const std::exception& e) {
-          res.variants.back() = {v->id, Status::error, e.what()};
+          res.variants.back() = {v->id, Status::error, error_message(e)};
           continue;
         }
         VariantRun& vr = res.variants.back();
@@ -412,7 +412,7 @@ CaseResult run_case(const Case& c, const Registry& reg, const RunOptions& opts) 
         if (vr.status == Status::error) res.error += (res.error.empty() ? "" : "; ") + vr.variant + ": " + vr.skip_reason;
   } catch (const std::exception& e) {
     res.status = Status::error;
-    res.error = e.what();
+    res.error = error_message(e);
   }
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;

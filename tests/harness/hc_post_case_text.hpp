@@ -1,6 +1,6 @@
-// The text of a case file holding one hc_post case, for the tests of the case parser, the gate's baseline overrides
-// and the perf runner: the hc family's constants, one [[case]] with `fields` (its keys, and any tables after them),
-// then `policies`.
+// The text of a case file holding one hc_post case, for the tests of the case parser, the gate's baseline overrides,
+// the perf runner and the case runner: the hc family's constants, one [[case]] with `fields` (its keys, and any
+// tables after them), then `policies`.
 #pragma once
 #include <string>
 

@@ -1,6 +1,7 @@
 // Parity errors: the CLI maps InputError to exit code 2 (bad input or harness error); parity failures are
 // results, never exceptions.
 #pragma once
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -11,5 +12,9 @@ class InputError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// What to tell a user about e: its message, without the C++ stack trace that LibTorch's errors (c10::Error: a
+// failed TORCH_CHECK, an allocation that does not fit) append to what().
+std::string error_message(const std::exception& e);
 
 }  // namespace parity
