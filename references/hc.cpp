@@ -181,6 +181,8 @@ Op make_op(std::string name, std::vector<std::string> inputs, std::vector<std::s
   op.grad_inputs = std::move(inputs);
   op.outputs = std::move(outputs);
   op.grad_outputs = std::move(grad_outputs);
+  op.dims = {kTokens, kHc, kHidden};
+  op.constants = {kSinkhornIters, kHcEps, kRmsEps, kPostMult};
   op.reference = [ref](const OpContext& ctx, const TensorMap& in) { return ref(constants(ctx), in); };
   return op;
 }

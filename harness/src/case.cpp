@@ -4,6 +4,7 @@
 #include <parity/error.hpp>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <toml++/toml.h>
 
 #include <algorithm>
@@ -113,6 +114,16 @@ void check_policy_names(const Case& c, const Op& op, const std::map<std::string,
       if (!policies.count(name)) fail(w, field + "." + name, "missing policy");
 }
 
+// The constants a case's op and its variants read.
+std::set<std::string> known_constants(const Case& c, const Registry& reg) {
+  const std::vector<std::string>& of_op = reg.op(c.op).constants;
+  std::set<std::string> known(of_op.begin(), of_op.end());
+  for (const Variant* v : reg.variants(c.op))
+    if (std::find(c.variants.begin(), c.variants.end(), v->id) != c.variants.end())
+      known.insert(v->constants.begin(), v->constants.end());
+  return known;
+}
+
 Case parse_case(const toml::table& t, const Constants& file_constants, const std::filesystem::path& file,
                 const Registry& reg, size_t index) {
   Where w{file.string(), fmt::format("case #{}", index + 1)};
@@ -139,12 +150,18 @@ Case parse_case(const toml::table& t, const Constants& file_constants, const std
   const toml::table* dims = t["dims"].as_table();
   if (!dims) fail(w, "dims", "missing required table (e.g. dims = { tokens = 64, hc = 4, hidden = 64 })");
   for (const auto& [k, v] : *dims) {
+    const std::string name(k.str());
+    if (std::find(op->dims.begin(), op->dims.end(), name) == op->dims.end())
+      fail(w, "dims." + name, fmt::format("not a dim of {} (its dims: {})", op->name, fmt::join(op->dims, ", ")));
     auto i = v.value_exact<int64_t>();
-    if (!i || *i <= 0) fail(w, "dims." + std::string(k.str()), "must be a positive integer");
-    c.ctx.dims[std::string(k.str())] = *i;
+    if (!i || *i <= 0) fail(w, "dims." + name, "must be a positive integer");
+    c.ctx.dims[name] = *i;
   }
+  for (const std::string& name : op->dims)
+    if (!c.ctx.dims.count(name)) fail(w, "dims." + name, "missing");
+  const Constants overrides = read_constants(t["constants"].as_table(), w, "constants.");
   c.ctx.constants = file_constants;
-  for (const auto& [k, v] : read_constants(t["constants"].as_table(), w, "constants.")) c.ctx.constants[k] = v;
+  for (const auto& [k, v] : overrides) c.ctx.constants[k] = v;
   c.ctx.dtype = parse_dtype(get_string(t, "dtype", w, true), w.at("dtype"));
 
   if (const toml::node* s = t.get("seed")) {
@@ -177,6 +194,14 @@ Case parse_case(const toml::table& t, const Constants& file_constants, const std
     const auto colon = id.find(':');
     if (colon == std::string::npos) fail(w, "variants", fmt::format("'{}' is not '<backend>:<version>'", id));
   }
+
+  // An override that neither the op nor one of the case's variants reads would leave the case running the file's
+  // value unnoticed.
+  const std::set<std::string> known = known_constants(c, reg);
+  for (const auto& [k, _] : overrides)
+    if (!known.count(k))
+      fail(w, "constants." + k, fmt::format("read by neither {} nor the case's variants (they read: {})", op->name,
+                                            fmt::join(known, ", ")));
 
   c.policy = read_policies(t, "policy", w);
   check_policy_names(c, *op, c.policy, "policy", w, true);
@@ -217,6 +242,10 @@ std::vector<Case> parse_cases(const std::string& text, const std::filesystem::pa
     if (!t) fail(w, fmt::format("case #{}", i + 1), "must be a table");
     out.push_back(parse_case(*t, constants, file, reg, i));
   }
+  // A file's constants serve all its cases: each must be read by at least one of them.
+  for (const auto& [k, _] : constants)
+    if (std::none_of(out.begin(), out.end(), [&](const Case& c) { return known_constants(c, reg).count(k) > 0; }))
+      fail(w, "constants." + k, "read by none of this file's cases (their ops and variants)");
   return out;
 }
 

@@ -60,12 +60,14 @@ void add_generic(Registry& reg, const Variant base) {
                }));
   // The repeat count is a case constant so that a test can time the same path key before (1) and after (2) the
   // regression: perf verdicts compare records of one case, path and direction.
-  reg.add(wrap(base, "planted:slow", "does its work planted_repeats times (default 2: a 2x slowdown)",
-               [b](const OpContext& c, const TensorMap& in, TensorMap& out) {
-                 const auto it = c.constants.find("planted_repeats");
-                 const int repeats = it == c.constants.end() ? 2 : static_cast<int>(it->second);
-                 for (int i = 0; i < repeats; ++i) b(c, in, out);
-               }));
+  Variant slow = wrap(base, "planted:slow", "does its work planted_repeats times (default 2: a 2x slowdown)",
+                      [b](const OpContext& c, const TensorMap& in, TensorMap& out) {
+                        const auto it = c.constants.find("planted_repeats");
+                        const int repeats = it == c.constants.end() ? 2 : static_cast<int>(it->second);
+                        for (int i = 0; i < repeats; ++i) b(c, in, out);
+                      });
+  slow.constants = {"planted_repeats"};
+  reg.add(std::move(slow));
 }
 
 // Math faults of the hyper-connection family: the bugs the upstream ports actually had.

@@ -61,6 +61,41 @@ TEST(CaseFile, MissingDims) {
   EXPECT_NE(error_of(text).find("case 'hc_post/t' field 'dims': missing required table"), std::string::npos);
 }
 
+// The op declares its dims: a misspelt or extra one is an error, not a dim nobody reads.
+TEST(CaseFile, UnknownAndMissingDim) {
+  std::string text = post_case("seed = 1");
+  text.replace(text.find("hidden = 16"), 11, "hiden = 16");
+  const std::string unknown = error_of(text);
+  EXPECT_NE(unknown.find("case 'hc_post/t' field 'dims.hiden': not a dim of hc_post (its dims: tokens, hc, hidden)"),
+            std::string::npos)
+      << unknown;
+  text = post_case("seed = 1");
+  text.replace(text.find(", hidden = 16"), 13, "");
+  EXPECT_NE(error_of(text).find("case 'hc_post/t' field 'dims.hidden': missing"), std::string::npos) << error_of(text);
+  text = post_case("seed = 1");
+  text.replace(text.find("hidden = 16"), 11, "hidden = 16, heads = 2");
+  EXPECT_NE(error_of(text).find("field 'dims.heads': not a dim of hc_post"), std::string::npos) << error_of(text);
+}
+
+// A misspelt override would leave the case on the file's value; a misspelt file constant, unread, on none.
+TEST(CaseFile, UnknownConstant) {
+  const std::string bad_override = error_of(post_case("seed = 1\n[case.constants]\nsinkhorn_iter = 2"));
+  EXPECT_NE(bad_override.find("case 'hc_post/t' field 'constants.sinkhorn_iter': read by neither hc_post nor the "
+                              "case's variants (they read: hc_eps, post_mult, rms_eps, sinkhorn_iters)"),
+            std::string::npos)
+      << bad_override;
+  EXPECT_EQ(error_of(post_case("seed = 1\n[case.constants]\nsinkhorn_iters = 2")), "");
+  // A variant's own constant counts where the case runs that variant (planted:slow reads planted_repeats).
+  EXPECT_NE(error_of(post_case("seed = 1\n[case.constants]\nplanted_repeats = 3")).find("constants.planted_repeats"),
+            std::string::npos);
+  EXPECT_EQ(error_of(post_case("seed = 1\nvariants = [\"planted:slow\"]\n[case.constants]\nplanted_repeats = 3")), "");
+  std::string text = post_case("seed = 1");
+  text.insert(text.find("post_mult"), "sinkhorn_iter = 3\n");
+  EXPECT_NE(error_of(text).find("cases/t.toml: constants.sinkhorn_iter: read by none of this file's cases"),
+            std::string::npos)
+      << error_of(text);
+}
+
 TEST(CaseFile, BadTolerance) {
   std::string pol = kHcPostPolicies;
   pol.replace(pol.find("ulp<=1"), 6, "ulp<=-1");

@@ -65,6 +65,8 @@ struct Op {
   std::vector<std::string> outputs;       // forward outputs, in stage order (stage bisection walks them)
   std::vector<std::string> grad_outputs;  // outputs that receive an upstream gradient in the backward
   std::vector<std::string> grad_inputs;   // inputs that get a gradient (empty: forward-only op)
+  std::vector<std::string> dims;          // the dims a case gives, every one (a name not listed is a typo)
+  std::vector<std::string> constants;     // the constants it reads (a case or case file setting another: a typo)
   // Seeded inputs following the golden recipe's distributions, generated on `device` (large perf shapes are
   // generated where they run).
   std::function<TensorMap(const OpContext&, uint64_t seed, at::Device device)> make_inputs;
@@ -82,6 +84,7 @@ struct Variant {
   at::DeviceType device = at::kCPU;
   std::string description;
   bool deterministic = true;
+  std::vector<std::string> constants;  // case constants it reads beyond its op's
   // Writes every element of the preallocated, NaN-poisoned `out`; must leave `in` untouched.
   std::function<void(const OpContext&, const TensorMap& in, TensorMap& out)> forward;
   // `fwd_out` holds the forward outputs (tensors saved for backward); writes every element of `grads`
