@@ -133,7 +133,8 @@ Case parse_case(const toml::table& t, const Constants& file_constants, const std
   w.entry = fmt::format("case '{}'", c.id);
   reject_unknown_keys(t,
                       {"id", "covers", "dims", "dtype", "seed", "golden", "reference", "variants", "suites",
-                       "backward", "deterministic", "policy", "golden_policy", "skip", "constants", "notes"},
+                       "backward", "deterministic", "policy", "golden_policy", "skip", "constants", "notes",
+                       "copy_target"},
                       w, "");
   const auto slash = c.id.find('/');
   if (slash == std::string::npos || slash == 0 || slash + 1 == c.id.size())
@@ -210,6 +211,20 @@ Case parse_case(const toml::table& t, const Constants& file_constants, const std
   if (c.golden && c.golden_policy.empty()) fail(w, "golden_policy", "a golden case needs golden_policy entries");
   if (const toml::table* notes = t["notes"].as_table())
     for (const auto& [k, v] : *notes) c.notes[std::string(k.str())] = v.value<std::string>().value_or("");
+  if (const toml::table* targets = t["copy_target"].as_table())
+    for (const auto& [k, v] : *targets) {
+      const std::string key(k.str()), field = "copy_target." + key;
+      const auto slash = key.rfind('/');
+      const std::string variant = key.substr(0, slash == std::string::npos ? 0 : slash),
+                        direction = slash == std::string::npos ? "" : key.substr(slash + 1);
+      if (direction != "fwd" && direction != "bwd") fail(w, field, "must be '<variant>/fwd' or '<variant>/bwd'");
+      if (std::find(c.variants.begin(), c.variants.end(), variant) == c.variants.end())
+        fail(w, field, fmt::format("'{}' is not one of the case's variants", variant));
+      if (direction == "bwd" && !c.backward) fail(w, field, "the case runs no backward");
+      const double pct = number(v, w, field);
+      if (!(pct > 0 && pct <= 100)) fail(w, field, "must be a percentage in (0, 100]");
+      c.copy_targets[key] = pct;
+    }
   // The cost model reads every dim and constant the op needs: missing ones fail here, not halfway through a run.
   try {
     (void)op->cost(c.ctx, false);

@@ -302,6 +302,8 @@ PerfEntry costed(const Path& p, const Op& op, const Case& c, at::Device dev, con
   e.bytes = cost.bytes;
   e.flops_fp32 = cost.flops_fp32;
   e.flops_tensor = cost.flops_tensor;
+  if (const auto it = c.copy_targets.find(p.name + "/" + p.direction); it != c.copy_targets.end())
+    e.target_pct_copy = it->second;
   return e;
 }
 
@@ -457,6 +459,7 @@ nlohmann::json to_json(const PerfResult& p) {
                        {"pct_flops", e.pct_flops},
                        {"speedup_vs_eager", e.speedup_vs_eager},
                        {"peak_extra_bytes", e.peak_extra_bytes},
+                       {"target_pct_copy", e.target_pct_copy},
                        {"error", e.error}});
   }
   return {{"ceilings", to_json(p.ceilings)}, {"upstream", p.upstream}, {"entries", entries}};

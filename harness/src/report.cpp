@@ -342,7 +342,9 @@ std::string perf_bars_svg(const json& perf, const std::string& direction,
       r.note = "not timed: " + str(e, "error");
     } else {
       r.note = format_ms(r.median);
-      if (num(e, "pct_copy_bw") > 0) r.note += fmt::format(" · {:.0f}% copy bw", num(e, "pct_copy_bw"));
+      if (num(e, "pct_copy_bw") > 0) r.note += fmt::format(" · {:.1f}% copy bw", num(e, "pct_copy_bw"));
+      if (const double target = num(e, "target_pct_copy"); target > 0)
+        r.note += fmt::format(" (target {:g}%: {})", target, num(e, "pct_copy_bw") < target ? "missed" : "met");
       if (path != "eager" && num(e, "speedup_vs_eager") > 0)
         r.note += fmt::format(" · {:.2f}× eager", num(e, "speedup_vs_eager"));
       if (auto it = verdict_of.find(path + "|" + direction); it != verdict_of.end() && it->second->perf)

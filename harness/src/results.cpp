@@ -155,8 +155,8 @@ void print_perf(std::ostream& os, const CaseResult& r) {
                     r.case_id, p.entries.empty() ? "-" : p.entries.front().timing.mode, p.ceilings.device,
                     p.ceilings.copy_gbps, p.ceilings.bf16_tflops, p.ceilings.fp32_tflops, p.ceilings.measured);
   for (const auto& [k, v] : p.upstream) os << fmt::format("  upstream {}: {}\n", k, v);
-  os << fmt::format("  {:<9} {:<4} {:>10} {:>7} {:>9} {:>9} {:>9} {:>9}\n", "path", "dir", "median ms", "noise",
-                    "GB/s", "%copy BW", "vs eager", "peak MB");
+  os << fmt::format("  {:<9} {:<4} {:>10} {:>7} {:>9} {:>9} {:>9} {:>9}  {}\n", "path", "dir", "median ms", "noise",
+                    "GB/s", "%copy BW", "vs eager", "peak MB", "target");
   for (const auto& e : p.entries) {
     if (!e.error.empty()) {
       os << fmt::format("  {:<9} {:<4} ERROR {}\n", e.path, e.direction, e.error);
@@ -164,8 +164,11 @@ void print_perf(std::ostream& os, const CaseResult& r) {
     }
     const std::string speedup = e.speedup_vs_eager > 0 ? fmt::format("{:.2f}x", e.speedup_vs_eager) : "-";
     const std::string peak = e.peak_extra_bytes >= 0 ? fmt::format("{:.1f}", e.peak_extra_bytes / 1048576.0) : "-";
-    os << fmt::format("  {:<9} {:<4} {:>10.4f} {:>6.1f}% {:>9.1f} {:>8.1f}% {:>9} {:>9}\n", e.path, e.direction,
-                      e.timing.median_ms, 100 * e.timing.rel_noise, e.achieved_gbps, e.pct_copy_bw, speedup, peak);
+    const std::string target =
+        e.target_pct_copy > 0 ? fmt::format(">= {:g}% {}", e.target_pct_copy, below_target(e) ? "MISSED" : "met") : "";
+    os << fmt::format("  {:<9} {:<4} {:>10.4f} {:>6.1f}% {:>9.1f} {:>8.1f}% {:>9} {:>9}  {}\n", e.path, e.direction,
+                      e.timing.median_ms, 100 * e.timing.rel_noise, e.achieved_gbps, e.pct_copy_bw, speedup, peak,
+                      target);
   }
 }
 
@@ -219,6 +222,12 @@ void print_table(std::ostream& os, const std::vector<CaseResult>& results, bool 
   }
   for (const auto& r : results)
     if (r.perf) print_perf(os, r);
+  for (const auto& r : results)
+    if (r.perf)
+      for (const auto& e : r.perf->entries)
+        if (below_target(e))
+          os << fmt::format("\nBELOW TARGET {}  {} {}: {:.1f}% of the copy rate, the case asks >= {:g}%\n", r.case_id,
+                            e.path, e.direction, e.pct_copy_bw, e.target_pct_copy);
   for (const auto& r : results) {
     for (const auto& c : r.checks)
       if (!c.result.pass)

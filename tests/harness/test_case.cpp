@@ -96,6 +96,25 @@ TEST(CaseFile, UnknownConstant) {
       << error_of(text);
 }
 
+TEST(CaseFile, CopyTargets) {
+  const auto parsed =
+      parse_cases(post_case("seed = 1\n[case.copy_target]\n\"cpu:v1/fwd\" = 85\n\"cpu:v1/bwd\" = 75.5"),
+                  "cases/t.toml", Registry::global());
+  EXPECT_EQ(parsed.at(0).copy_targets, (std::map<std::string, double>{{"cpu:v1/bwd", 75.5}, {"cpu:v1/fwd", 85}}));
+  const auto error = [](const std::string& table) { return error_of(post_case("seed = 1\n[case.copy_target]\n" + table)); };
+  EXPECT_NE(error("\"cpu:v1\" = 85").find("field 'copy_target.cpu:v1': must be '<variant>/fwd' or '<variant>/bwd'"),
+            std::string::npos);
+  EXPECT_NE(error("\"cpu:nope/fwd\" = 85").find("'cpu:nope' is not one of the case's variants"), std::string::npos);
+  EXPECT_NE(error("\"cpu:v1/fwd\" = 0").find("must be a percentage in (0, 100]"), std::string::npos);
+  EXPECT_NE(error("\"cpu:v1/fwd\" = 120").find("must be a percentage in (0, 100]"), std::string::npos);
+  EXPECT_NE(error("\"cpu:v1/fwd\" = \"85%\"").find("field 'copy_target.cpu:v1/fwd': must be a number"),
+            std::string::npos);
+  EXPECT_NE(error_of(post_case("seed = 1\nbackward = false\n[case.copy_target]\n\"cpu:v1/bwd\" = 75",
+                               "[case.policy]\nout = \"ulp<=1\"\n"))
+                .find("field 'copy_target.cpu:v1/bwd': the case runs no backward"),
+            std::string::npos);
+}
+
 TEST(CaseFile, BadTolerance) {
   std::string pol = kHcPostPolicies;
   pol.replace(pol.find("ulp<=1"), 6, "ulp<=-1");

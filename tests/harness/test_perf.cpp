@@ -6,12 +6,14 @@
 
 #include <parity/error.hpp>
 #include <parity/perf.hpp>
+#include <parity/results.hpp>
 #include <parity/runner.hpp>
 #include <parity/timing.hpp>
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <sstream>
 
 namespace parity {
 namespace {
@@ -118,12 +120,15 @@ TEST(Perf, AFailingPathIsAnEntryWithItsError) {
     throw InputError("planted backward failure");
   };
   reg.add(broken);
-  const PerfResult r = run_perf(parse_one(post_case(R"(["cpu:v1", "cpu:broken"])"), reg), reg, cpu_only(), quick());
+  const PerfResult r = run_perf(
+      parse_one(post_case(R"(["cpu:v1", "cpu:broken"])", "[case.copy_target]\n\"cpu:broken/bwd\" = 50"), reg), reg,
+      cpu_only(), quick());
   ASSERT_EQ(r.entries.size(), 6u);
   EXPECT_EQ(find(r, "cpu:broken", "fwd")->error, "");
   const PerfEntry* failed = find(r, "cpu:broken", "bwd");
   EXPECT_EQ(failed->error, "planted backward failure");
   EXPECT_EQ(failed->timing.n, 0);
+  EXPECT_FALSE(below_target(*failed));  // not timed: neither met nor missed
   EXPECT_EQ(failed->speedup_vs_eager, 0);
   EXPECT_EQ(find(r, "cpu:v1", "bwd")->error, "");
 }
@@ -139,9 +144,37 @@ TEST(Perf, JsonCarriesEveryEntryAndTheCeilings) {
   for (const char* key : {"path", "direction", "mode", "median_ms", "min_ms", "q1_ms", "q3_ms", "rel_noise", "n",
                           "samples_ms", "sm_clock_mhz", "dropped_throttled", "stop", "bytes", "flops_fp32",
                           "flops_tensor", "achieved_gbps", "achieved_tflops", "pct_copy_bw", "pct_flops",
-                          "speedup_vs_eager", "peak_extra_bytes", "error"})
+                          "speedup_vs_eager", "peak_extra_bytes", "target_pct_copy", "error"})
     EXPECT_TRUE(e.contains(key)) << key;
   EXPECT_EQ(e.at("samples_ms").size(), e.at("n").get<size_t>());
+}
+
+// A floor far below any timing is met, one at the whole copy rate (which a 16-token case on the CPU cannot reach) is
+// missed; paths without one have none; the table says which.
+TEST(Perf, CopyTargetsAreMetOrMissedAndPrinted) {
+  const Registry& reg = Registry::global();
+  const Case c = parse_one(
+      post_case(R"(["cpu:v1"])", "[case.copy_target]\n\"cpu:v1/fwd\" = 1e-9\n\"cpu:v1/bwd\" = 100"), reg);
+  const PerfResult r = run_perf(c, reg, cpu_only(), quick());
+  const PerfEntry &fwd = *find(r, "cpu:v1", "fwd"), &bwd = *find(r, "cpu:v1", "bwd"), &eager = *find(r, "eager", "fwd");
+  EXPECT_EQ(fwd.target_pct_copy, 1e-9);
+  EXPECT_FALSE(below_target(fwd)) << fwd.pct_copy_bw;
+  EXPECT_EQ(bwd.target_pct_copy, 100);
+  EXPECT_LT(bwd.pct_copy_bw, 100);
+  EXPECT_TRUE(below_target(bwd));
+  EXPECT_EQ(eager.target_pct_copy, 0);
+  EXPECT_FALSE(below_target(eager));
+  EXPECT_EQ(to_json(r).at("entries").at(1).at("target_pct_copy"), r.entries.at(1).target_pct_copy);
+
+  CaseResult result;
+  result.case_id = c.id;
+  result.perf = r;
+  std::ostringstream table;
+  print_table(table, {result}, false);
+  EXPECT_NE(table.str().find(">= 100% MISSED"), std::string::npos) << table.str();
+  EXPECT_NE(table.str().find(">= 1e-09% met"), std::string::npos) << table.str();
+  EXPECT_NE(table.str().find("BELOW TARGET hc_post/perf_tiny  cpu:v1 bwd"), std::string::npos) << table.str();
+  EXPECT_EQ(table.str().find("BELOW TARGET hc_post/perf_tiny  cpu:v1 fwd"), std::string::npos) << table.str();
 }
 
 TEST(Perf, CeilingsAreCachedPerDevice) {

@@ -23,6 +23,8 @@
 //   out = "ulp<=4"
 //   [case.skip]                      # variant -> reason; reaches the report
 //   "cuda:hf" = "not implemented yet"
+//   [case.copy_target]               # "<variant>/<fwd|bwd>" -> least % of the measured copy rate `--perf` must show
+//   "cuda:v1/fwd" = 85
 #pragma once
 #include <parity/op.hpp>
 #include <parity/policy.hpp>
@@ -51,8 +53,9 @@ struct Case {
   std::map<std::string, Policy> policy;         // output or "grad/<input>" -> policy (optimized vs reference)
   std::map<std::string, Policy> golden_policy;  // reference vs golden
   std::map<std::string, std::string> skip;      // variant -> reason
-  // Perf (issue 3 fills these in): reference speeds from upstream, for the report.
+  // Perf: reference speeds from upstream, for the report, and floors on a path's share of the copy rate.
   std::map<std::string, std::string> notes;
+  std::map<std::string, double> copy_targets;  // "<variant>/<fwd|bwd>" -> percent
 };
 
 // Loads every *.toml under each directory. Throws InputError naming

@@ -6,7 +6,7 @@
 //     "entries": [ {path, direction, mode, median_ms, min_ms, q1_ms, q3_ms, rel_noise, n, samples_ms: [...],
 //                   sm_clock_mhz, host_probe_us, dropped_throttled, stop, bytes, flops_fp32, flops_tensor,
 //                   achieved_gbps, achieved_tflops, pct_copy_bw, pct_flops, speedup_vs_eager, peak_extra_bytes,
-//                   error} ] }
+//                   target_pct_copy, error} ] }
 //
 // Every path of a case is timed on one device, the one run_case works on (the GPU unless --cpu or none is
 // there), so speedups and percentages compare like with like; variants of other devices are not timed.
@@ -58,8 +58,14 @@ struct PerfEntry {
   // Caching-allocator peak during one call above what was allocated before it (-1: CPU). Every path allocates
   // what it returns inside the call, as it would in a training step.
   int64_t peak_extra_bytes = -1;
+  double target_pct_copy = 0;  // the case's floor on pct_copy_bw for this path and direction (0: none)
   std::string error;  // the path could not be timed (e.g. its graph capture failed); the timing is then empty
 };
+
+// Timed, with a floor, and under it.
+inline bool below_target(const PerfEntry& e) {
+  return e.target_pct_copy > 0 && e.error.empty() && e.pct_copy_bw < e.target_pct_copy;
+}
 
 struct DeviceCeilings {
   std::string device, driver;
