@@ -72,6 +72,15 @@ bool get_bool(const toml::table& t, const std::string& key, const Where& w, bool
   fail(w, key, "must be true or false");
 }
 
+// Table `key` of t; nullptr where t has no such key. A key that holds something else is an error: it would otherwise
+// be read as absent.
+const toml::table* optional_table(const toml::table& t, const std::string& key, const Where& w) {
+  const toml::node* n = t.get(key);
+  if (!n) return nullptr;
+  if (const toml::table* table = n->as_table()) return table;
+  fail(w, key, "must be a table");
+}
+
 double number(const toml::node& n, const Where& w, const std::string& field) {
   if (auto i = n.value_exact<int64_t>()) return double(*i);
   if (auto d = n.value_exact<double>()) return *d;
@@ -160,7 +169,7 @@ Case parse_case(const toml::table& t, const Constants& file_constants, const std
   }
   for (const std::string& name : op->dims)
     if (!c.ctx.dims.count(name)) fail(w, "dims." + name, "missing");
-  const Constants overrides = read_constants(t["constants"].as_table(), w, "constants.");
+  const Constants overrides = read_constants(optional_table(t, "constants", w), w, "constants.");
   c.ctx.constants = file_constants;
   for (const auto& [k, v] : overrides) c.ctx.constants[k] = v;
   c.ctx.dtype = parse_dtype(get_string(t, "dtype", w, true), w.at("dtype"));
@@ -184,7 +193,7 @@ Case parse_case(const toml::table& t, const Constants& file_constants, const std
   if (c.variants.empty())
     for (const Variant* v : reg.variants(c.op))
       if (v->id.rfind("planted:", 0) != 0) c.variants.push_back(v->id);
-  if (const toml::table* skip = t["skip"].as_table())
+  if (const toml::table* skip = optional_table(t, "skip", w))
     for (const auto& [k, v] : *skip) {
       auto reason = v.value<std::string>();
       if (!reason || reason->empty()) fail(w, "skip." + std::string(k.str()), "must give a reason");
@@ -209,9 +218,13 @@ Case parse_case(const toml::table& t, const Constants& file_constants, const std
   c.golden_policy = read_policies(t, "golden_policy", w);
   check_policy_names(c, *op, c.golden_policy, "golden_policy", w, false);
   if (c.golden && c.golden_policy.empty()) fail(w, "golden_policy", "a golden case needs golden_policy entries");
-  if (const toml::table* notes = t["notes"].as_table())
-    for (const auto& [k, v] : *notes) c.notes[std::string(k.str())] = v.value<std::string>().value_or("");
-  if (const toml::table* targets = t["copy_target"].as_table())
+  if (const toml::table* notes = optional_table(t, "notes", w))
+    for (const auto& [k, v] : *notes) {
+      auto text = v.value<std::string>();
+      if (!text) fail(w, "notes." + std::string(k.str()), "must be a string");
+      c.notes[std::string(k.str())] = *text;
+    }
+  if (const toml::table* targets = optional_table(t, "copy_target", w))
     for (const auto& [k, v] : *targets) {
       const std::string key(k.str()), field = "copy_target." + key;
       const auto slash = key.rfind('/');
@@ -248,7 +261,7 @@ std::vector<Case> parse_cases(const std::string& text, const std::filesystem::pa
   const Where w{file.string(), ""};
   reject_unknown_keys(doc, {"family", "constants", "case"}, w, "");
   get_string(doc, "family", w, true);
-  const Constants constants = read_constants(doc["constants"].as_table(), w, "constants.");
+  const Constants constants = read_constants(optional_table(doc, "constants", w), w, "constants.");
   const toml::array* cases = doc["case"].as_array();
   if (!cases || cases->empty()) fail(w, "case", "no [[case]] entries");
   std::vector<Case> out;

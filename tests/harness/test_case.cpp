@@ -109,6 +109,10 @@ TEST(CaseFile, CopyTargets) {
   EXPECT_NE(error("\"cpu:v1/fwd\" = 120").find("must be a percentage in (0, 100]"), std::string::npos);
   EXPECT_NE(error("\"cpu:v1/fwd\" = \"85%\"").find("field 'copy_target.cpu:v1/fwd': must be a number"),
             std::string::npos);
+  // Not a table: an error, not a case without targets (likewise notes, skip and constants).
+  EXPECT_NE(error_of(post_case("seed = 1\ncopy_target = 85")).find("field 'copy_target': must be a table"),
+            std::string::npos);
+  EXPECT_NE(error_of(post_case("seed = 1\nskip = \"later\"")).find("field 'skip': must be a table"), std::string::npos);
   EXPECT_NE(error_of(post_case("seed = 1\nbackward = false\n[case.copy_target]\n\"cpu:v1/bwd\" = 75",
                                "[case.policy]\nout = \"ulp<=1\"\n"))
                 .find("field 'copy_target.cpu:v1/bwd': the case runs no backward"),
