@@ -580,6 +580,16 @@ std::string markdown_summary(const GateReport& g) {
   if (n.numerics_not_comparable)
     notes.push_back(fmt::format("{} paths' numbers were not compared: their baseline was recorded on another device",
                                 n.numerics_not_comparable));
+  std::vector<std::string> below;
+  for (const auto& r : g.results)
+    if (r.perf)
+      for (const auto& e : r.perf->entries)
+        if (below_target(e))
+          below.push_back(fmt::format("`{}` `{}` {} {:.1f}% < {:g}%", r.case_id, e.path, e.direction, e.pct_copy_bw,
+                                      e.target_pct_copy));
+  if (!below.empty())
+    notes.push_back(fmt::format("{} paths below their copy-rate target (a goal, not a failure): {}", below.size(),
+                                join(below, ", ")));
   if (!notes.empty()) md += "\n- " + join(notes, "\n- ") + "\n";
   return md + markdown_details(rows);
 }

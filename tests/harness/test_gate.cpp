@@ -291,6 +291,24 @@ TEST(Markdown, PassingRunHasNoTable) {
   EXPECT_LACKS(md, "| case |");
 }
 
+TEST(Markdown, PathsBelowTheirCopyTargetAreNotedNotFailed) {
+  CaseResult r = passing("hc_pre/big");
+  r.perf = PerfResult{};
+  PerfEntry missed{.path = "cuda:v1", .direction = "bwd"};
+  missed.pct_copy_bw = 52.1;
+  missed.target_pct_copy = 75;
+  PerfEntry met = missed;
+  met.direction = "fwd";
+  met.pct_copy_bw = 80;
+  r.perf->entries = {missed, met};
+  const GateReport g = report({r});
+  const std::string md = markdown_summary(g);
+  EXPECT_EQ(gate_exit_code(g), 0);
+  EXPECT_CONTAINS(md, "1 paths below their copy-rate target (a goal, not a failure): `hc_pre/big` `cuda:v1` bwd "
+                      "52.1% < 75%");
+  EXPECT_LACKS(md, "fwd 80.0%");
+}
+
 // --- overrides -------------------------------------------------------------------------------------------------
 
 std::vector<Case> post_case() {
