@@ -22,6 +22,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -98,8 +99,10 @@ void BM_Memcpy(benchmark::State& state, at::ScalarType actual_dtype) {
   state.SetBytesProcessed(state.iterations() * t.bytes_read());
 }
 
-void BM_Compare(benchmark::State& state, at::ScalarType actual_dtype) {
+// `kernel`: the CPU kernel compare() is made to take (nullopt: the widest, as compare() takes by default).
+void BM_Compare(benchmark::State& state, at::ScalarType actual_dtype, std::optional<CpuKernel> kernel) {
   const Tensors& t = tensors(actual_dtype, static_cast<int>(state.range(0)));
+  force_cpu_kernel(kernel);
   const int default_threads = at::get_num_threads();
   const int threads = static_cast<int>(state.range(1));
   at::set_num_threads(threads);
@@ -112,13 +115,15 @@ void BM_Compare(benchmark::State& state, at::ScalarType actual_dtype) {
     compare_s += seconds([&] { benchmark::DoNotOptimize(compare(t.actual, t.expected)); });
   }
   at::set_num_threads(default_threads);
+  force_cpu_kernel(std::nullopt);
   const double bytes = static_cast<double>(state.iterations() * t.bytes_read());
   state.SetBytesProcessed(state.iterations() * t.bytes_read());
   // In bytes_per_second's units (2^30 to a G).
   state.counters["memcpy_bytes_per_second"] =
       benchmark::Counter(bytes / memcpy_s, benchmark::Counter::kDefaults, benchmark::Counter::OneK::kIs1024);
   state.counters["x_memcpy"] = compare_s / memcpy_s;
-  state.SetLabel(fmt::format("{} thread{}", threads, threads == 1 ? "" : "s"));
+  state.SetLabel(fmt::format("{} thread{}, {} kernel", threads, threads == 1 ? "" : "s",
+                             cpu_kernel_name(kernel.value_or(cpu_kernels().front()))));
 }
 
 void BM_Evaluate(benchmark::State& state, const std::string& policy_text) {
@@ -132,16 +137,32 @@ void BM_Evaluate(benchmark::State& state, const std::string& policy_text) {
 BENCHMARK_CAPTURE(BM_Memcpy, bf16_vs_fp32, at::kBFloat16)->Arg(22)->Arg(26)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Memcpy, fp32_vs_fp32, at::kFloat)->Arg(22)->Arg(26)->Unit(benchmark::kMillisecond);
 // Real time: on several threads the main thread's CPU time undercounts.
-BENCHMARK_CAPTURE(BM_Compare, bf16_vs_fp32, at::kBFloat16)
+BENCHMARK_CAPTURE(BM_Compare, bf16_vs_fp32, at::kBFloat16, std::nullopt)
     ->ArgNames({"log2", "threads"})
     ->ArgsProduct({{22, 26}, {1, 2}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Compare, fp32_vs_fp32, at::kFloat)
+BENCHMARK_CAPTURE(BM_Compare, fp32_vs_fp32, at::kFloat, std::nullopt)
     ->ArgNames({"log2", "threads"})
     ->ArgsProduct({{22, 26}, {1, 2}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+// The narrower CPU kernels this CPU also runs (compare()'s choice on a CPU without the wider ISAs), one thread:
+// BM_CompareKernel/<pair>/<kernel>, against the same memcpy.
+const bool kKernelsRegistered = [] {
+  const std::vector<CpuKernel> kernels = cpu_kernels();
+  const std::pair<const char*, at::ScalarType> pairs[] = {{"bf16_vs_fp32", at::kBFloat16}, {"fp32_vs_fp32", at::kFloat}};
+  for (size_t k = 1; k < kernels.size(); ++k)
+    for (const auto& [name, dtype] : pairs)
+      benchmark::RegisterBenchmark(fmt::format("BM_CompareKernel/{}/{}", name, cpu_kernel_name(kernels[k])).c_str(),
+                                   BM_Compare, dtype, std::optional<CpuKernel>(kernels[k]))
+          ->ArgNames({"log2", "threads"})
+          ->ArgsProduct({{22, 26}, {1}})
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+  return true;
+}();
+
 BENCHMARK_CAPTURE(BM_Evaluate, ulp, std::string("ulp<=1"))->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Evaluate, naive_relative, std::string("naive_relative(k=2, floor=1)"))
     ->Unit(benchmark::kMillisecond);

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -164,10 +165,10 @@ Element classify(TA act, TE exp, bool allow_nan) {
 }
 
 // ---- the vector kernel ----------------------------------------------------------------------------------------
-// GCC vector extensions of kBytes bytes: 32 in the AVX2 clone (two SSE2 registers each in the default clone), 64 in the
+// GCC vector extensions of kBytes bytes: 32 in the AVX2 kernel (two SSE2 registers each in the baseline one), 64 in the
 // AVX-512 one (GCC 12 lowers 64-byte vectors to scalar code on AVX2, so the width follows the ISA). Whatever the width,
-// element k of a block adds to fp64 lane k % kLanes of a sum, in the order of k, so every clone computes the same bits.
-// The helpers take and return vectors by value: always inlined into the clones, they never make the calls whose ABI GCC
+// element k of a block adds to fp64 lane k % kLanes of a sum, in the order of k, so every kernel computes the same bits.
+// The helpers take and return vectors by value: always inlined into the kernels, they never make the calls whose ABI GCC
 // warns about for the default target. (The warning comes where templates are instantiated, at the end of the file: it
 // stays off to the end.)
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -364,9 +365,9 @@ template <int n>
 // with s and b partly written, where one of them is not finite in TU. Two loops, so that each has few accumulators (the
 // expected side's magnitude goes to the first where its bits hold it exactly): a sum spilled to the stack would chain
 // every iteration on a store-to-load forward. The second's six sums of eight lanes take six AVX-512 registers but
-// twelve of AVX2's sixteen, where GCC spills some: the AVX2 clone is ~8% slower than with four lanes (2.9 -> 3.15 ms
+// twelve of AVX2's sixteen, where GCC spills some: the AVX2 kernel is ~8% slower than with four lanes (2.9 -> 3.15 ms
 // at 2^22, bf16 against fp32, on a Zen 4 made to take it), and a third loop for the sums of products costs more
-// (3.47 ms). Every clone sums in the same order, so both ISAs give the same bits.
+// (3.47 ms). Every kernel sums in the same order, so all ISAs give the same bits.
 template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
 [[gnu::always_inline]] inline bool scan_vector_block(const TA* act, const TE* exp, int64_t n, VectorSums<kBytes>& s,
                                                      VectorArrays& b, uint32_t* err_counts) {
@@ -785,41 +786,60 @@ class ChunkScan {
   int64_t span_begin_ = 0, span_end_ = 0, span_cell_ = 0;  // see find_span
 };
 
-// At 32 bytes the vector kernel is written for AVX2 registers; the default clone runs it on SSE2 halves. No fma in the
-// list: a contracted a*a + s rounds differently, and every clone must produce the same bits. flatten: what the clone
-// calls is compiled into it, for its ISA.
+// The kernels of each ISA: one ChunkScan compiled for it. At 32 bytes the vector code is written for AVX2 registers;
+// the baseline kernel runs it on SSE2 halves (x86-64) or the target's own vectors. At 64 bytes, for AVX-512, each
+// instruction that is not a step of a sum takes twice the elements; that ISA has FMA, which the file's
+// -ffp-contract=off keeps out of a*a + s (a contracted one rounds differently, and every kernel must give the same
+// bits). flatten: what a kernel calls is compiled into it, for its ISA.
+template <typename TA, typename TE, typename TU, typename... Args>
+[[gnu::flatten]] void scan_chunk_baseline(const TA* act, const TE* exp, int64_t begin, int64_t end, Args&... args) {
+  ChunkScan<TA, TE, TU, 32>(act, exp, args...).scan(begin, end);
+}
 #if defined(__x86_64__)
-#define PARITY_KERNEL_CLONES __attribute__((target_clones("avx2", "default"), flatten))
-#else
-#define PARITY_KERNEL_CLONES __attribute__((flatten))
+template <typename TA, typename TE, typename TU, typename... Args>
+[[gnu::target("avx2"), gnu::flatten]] void scan_chunk_avx2(const TA* act, const TE* exp, int64_t begin, int64_t end,
+                                                           Args&... args) {
+  ChunkScan<TA, TE, TU, 32>(act, exp, args...).scan(begin, end);
+}
+template <typename TA, typename TE, typename TU, typename... Args>
+[[gnu::target("arch=x86-64-v4"), gnu::flatten]] void scan_chunk_avx512(const TA* act, const TE* exp, int64_t begin,
+                                                                       int64_t end, Args&... args) {
+  ChunkScan<TA, TE, TU, 64>(act, exp, args...).scan(begin, end);
+}
 #endif
-template <typename TA, typename TE, typename TU>
-PARITY_KERNEL_CLONES void scan_chunk_32(const TA* act, const TE* exp, int64_t begin, int64_t end, const Grid& g,
-                                        const CompareOptions& opts, Partial& p, Scratch& scratch, uint32_t* err_counts,
-                                        std::vector<double>* comparable_errors) {
-  ChunkScan<TA, TE, TU, 32>(act, exp, g, opts, p, scratch, err_counts, comparable_errors).scan(begin, end);
+
+std::vector<CpuKernel> supported_cpu_kernels() {
+  std::vector<CpuKernel> kernels;
+#if defined(__x86_64__)
+  __builtin_cpu_init();  // callers may be static initialisers, which can run before libgcc's own
+  if (__builtin_cpu_supports("x86-64-v4")) kernels.push_back(CpuKernel::avx512);
+  if (__builtin_cpu_supports("avx2")) kernels.push_back(CpuKernel::avx2);
+#endif
+  kernels.push_back(CpuKernel::baseline);
+  return kernels;
 }
 
-#if defined(__x86_64__)
-// At 64 bytes, on a CPU with AVX-512: each instruction that is not a step of a sum takes twice the elements. That ISA
-// has FMA, which the file's -ffp-contract=off keeps out of a*a + s.
-template <typename TA, typename TE, typename TU>
-[[gnu::target("arch=x86-64-v4"), gnu::flatten]] void scan_chunk_64(const TA* act, const TE* exp, int64_t begin,
-                                                                    int64_t end, const Grid& g,
-                                                                    const CompareOptions& opts, Partial& p,
-                                                                    Scratch& scratch, uint32_t* err_counts,
-                                                                    std::vector<double>* comparable_errors) {
-  ChunkScan<TA, TE, TU, 64>(act, exp, g, opts, p, scratch, err_counts, comparable_errors).scan(begin, end);
+// -1: the widest; else the CpuKernel forced.
+std::atomic<int> forced_cpu_kernel{-1};
+
+CpuKernel current_cpu_kernel() {
+  static const CpuKernel widest = supported_cpu_kernels().front();
+  const int forced = forced_cpu_kernel.load();
+  return forced < 0 ? widest : static_cast<CpuKernel>(forced);
 }
-#endif
 
 template <typename TA, typename TE, typename TU, typename... Args>
-void scan_chunk(Args&&... args) {
+void scan_chunk(CpuKernel kernel, Args&&... args) {
+  switch (kernel) {
 #if defined(__x86_64__)
-  static const bool avx512 = __builtin_cpu_supports("x86-64-v4");
-  if (avx512) return scan_chunk_64<TA, TE, TU>(std::forward<Args>(args)...);
+    case CpuKernel::avx512:
+      return scan_chunk_avx512<TA, TE, TU>(args...);
+    case CpuKernel::avx2:
+      return scan_chunk_avx2<TA, TE, TU>(args...);
 #endif
-  scan_chunk_32<TA, TE, TU>(std::forward<Args>(args)...);
+    default:
+      return scan_chunk_baseline<TA, TE, TU>(args...);
+  }
 }
 
 std::vector<int64_t> unravel(int64_t flat, at::IntArrayRef sizes) {
@@ -905,6 +925,7 @@ struct Scan {
   std::array<double, 4> abs_pct{};
   std::vector<double> grid;  // the heatmap's cells, row-major
   std::vector<Mismatch> first;
+  std::string kernel;  // Metrics::kernel
 };
 
 Scan scan_on_cpu(const at::Tensor& actual, const at::Tensor& expected, const Grid& g, const CompareOptions& opts,
@@ -917,7 +938,9 @@ Scan scan_on_cpu(const at::Tensor& actual, const at::Tensor& expected, const Gri
   std::vector<double> small_errors;  // every comparable |err|, for exact percentiles of a small tensor
   std::vector<uint64_t> err_hist(kErrBuckets);  // for the percentiles of a larger one
   std::mutex err_hist_mutex;
+  const CpuKernel kernel = current_cpu_kernel();  // one for every chunk, whatever a test forces meanwhile
   Scan s;
+  s.kernel = "cpu:" + cpu_kernel_name(kernel);
   with_storage_type(a.scalar_type(), [&]<typename TA>(TA) {
     with_storage_type(e.scalar_type(), [&]<typename TE>(TE) {
       using TU = std::conditional_t<(sizeof(TE) < sizeof(TA)), TE, TA>;  // narrower(): a tie goes to actual
@@ -928,8 +951,8 @@ Scan scan_on_cpu(const at::Tensor& actual, const at::Tensor& expected, const Gri
         uint32_t* const err_counts = sort_errors ? nullptr : scratch.start_counting();
         double max_err = -1;
         for (int64_t c = lo; c < hi; ++c) {
-          scan_chunk<TA, TE, TU>(act, exp, c * kChunk, std::min(numel, (c + 1) * kChunk), g, opts, parts[c], scratch,
-                                 err_counts, sort_errors ? &small_errors : nullptr);
+          scan_chunk<TA, TE, TU>(kernel, act, exp, c * kChunk, std::min(numel, (c + 1) * kChunk), g, opts, parts[c],
+                                 scratch, err_counts, sort_errors ? &small_errors : nullptr);
           max_err = std::max(max_err, parts[c].max_abs);
           // Before a slot could count past 32 bits.
           if (err_counts && ((c + 1 - lo) % kChunksPerFold == 0 || c + 1 == hi)) {
@@ -1036,6 +1059,7 @@ Scan scan_on_gpu(const at::Tensor& actual, const at::Tensor& expected, const Gri
   const at::Tensor host = work.narrow(0, reported, bytes - reported).cpu();
 
   Scan s;
+  s.kernel = "cuda";
   const auto total = objects_at<cc::BlockTotals>(host, 0, 1).front();
   s.t = total.t;
   s.abs_pct = histogram_percentiles(objects_at<uint64_t>(host, hist_at - reported, kErrBuckets), s.t.comparable,
@@ -1049,6 +1073,30 @@ Scan scan_on_gpu(const at::Tensor& actual, const at::Tensor& expected, const Gri
 #endif
 
 }  // namespace
+
+std::string cpu_kernel_name(CpuKernel kernel) {
+  switch (kernel) {
+    case CpuKernel::avx512:
+      return "avx512";
+    case CpuKernel::avx2:
+      return "avx2";
+    case CpuKernel::baseline:
+      return "baseline";
+  }
+  return "unknown";
+}
+
+std::vector<CpuKernel> cpu_kernels() { return supported_cpu_kernels(); }
+
+void force_cpu_kernel(std::optional<CpuKernel> kernel) {
+  if (kernel) {
+    const std::vector<CpuKernel> runs = supported_cpu_kernels();
+    if (std::find(runs.begin(), runs.end(), *kernel) == runs.end())
+      throw std::invalid_argument("force_cpu_kernel: this CPU does not run the " + cpu_kernel_name(*kernel) +
+                                  " kernel");
+  }
+  forced_cpu_kernel = kernel ? static_cast<int>(*kernel) : -1;
+}
 
 std::string ulp_bucket_label(int bucket) {
   static const char* const kLabels[kUlpBuckets] = {"0",     "1",     "2",      "3-4",      "5-8",   "9-16",
@@ -1083,6 +1131,7 @@ Metrics compare(const at::Tensor& actual, const at::Tensor& expected, const Comp
   const cmp::ScanTotals& t = s.t;
   grid.cells = std::move(s.grid);
   m.first = std::move(s.first);
+  m.kernel = std::move(s.kernel);
   m.abs_pct = s.abs_pct;
   m.bitwise_diff = t.bitwise_diff;
   m.nan_mismatch = t.nan_mismatch;

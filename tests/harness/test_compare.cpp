@@ -623,5 +623,91 @@ TEST(CompareLarge, ErrorGridCellsWhereverBlocksEnd) {
   }
 }
 
+
+// The CPU path's kernels (AVX-512, AVX2, the baseline ISA) against the widest, every field bit for bit, the floating
+// sums included: CI's CPU runs AVX-512, so the narrower kernels run nowhere else. Every dtype pair, NaN and Inf among
+// the elements (blocks the kernels hand to the scalar path), several chunks and a tail no vector divides.
+class CompareCpuKernels : public ::testing::Test {
+ protected:
+  void TearDown() override { force_cpu_kernel(std::nullopt); }
+};
+
+bool same_bits(double a, double b) { return std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b); }
+
+void expect_identical(const Metrics& m, const Metrics& ref) {
+  const struct {
+    const char* name;
+    double got, want;
+  } reals[] = {{"max_abs", m.max_abs, ref.max_abs},
+               {"mean_abs", m.mean_abs, ref.mean_abs},
+               {"max_rel", m.max_rel, ref.max_rel},
+               {"mean_rel", m.mean_rel, ref.mean_rel},
+               {"rel_l2", m.rel_l2, ref.rel_l2},
+               {"cosine", m.cosine, ref.cosine},
+               {"mean_ulp", m.mean_ulp, ref.mean_ulp},
+               {"max_abs_expected_value", m.max_abs_expected_value, ref.max_abs_expected_value}};
+  for (const auto& r : reals)
+    EXPECT_TRUE(same_bits(r.got, r.want)) << r.name << ": " << r.got << " against " << r.want;
+  EXPECT_EQ(m.bitwise_diff, ref.bitwise_diff);
+  EXPECT_EQ(m.nan_mismatch, ref.nan_mismatch);
+  EXPECT_EQ(m.inf_mismatch, ref.inf_mismatch);
+  EXPECT_EQ(m.nan_expected, ref.nan_expected);
+  EXPECT_EQ(m.max_ulp, ref.max_ulp);
+  EXPECT_EQ(m.ulp_hist, ref.ulp_hist);
+  EXPECT_EQ(m.abs_pct, ref.abs_pct);
+  EXPECT_EQ(m.worst_abs_index, ref.worst_abs_index);
+  EXPECT_EQ(m.worst_rel_index, ref.worst_rel_index);
+  EXPECT_EQ(m.worst_ulp_index, ref.worst_ulp_index);
+  ASSERT_EQ(m.error_grid.cells.size(), ref.error_grid.cells.size());
+  for (size_t c = 0; c < m.error_grid.cells.size(); ++c)
+    EXPECT_TRUE(same_bits(m.error_grid.cells[c], ref.error_grid.cells[c])) << "error_grid cell " << c;
+  ASSERT_EQ(m.first.size(), ref.first.size());
+  for (size_t i = 0; i < m.first.size(); ++i) {
+    EXPECT_EQ(m.first[i].index, ref.first[i].index);
+    EXPECT_TRUE(same_bits(m.first[i].actual, ref.first[i].actual));
+    EXPECT_TRUE(same_bits(m.first[i].expected, ref.first[i].expected));
+  }
+}
+
+TEST_F(CompareCpuKernels, EveryKernelGivesTheWidestsBits) {
+  const std::vector<CpuKernel> kernels = cpu_kernels();
+  ASSERT_FALSE(kernels.empty());
+  EXPECT_EQ(kernels.back(), CpuKernel::baseline);  // every CPU runs the baseline
+  const at::ScalarType dtypes[] = {at::kDouble, at::kFloat, at::kHalf, at::kBFloat16};
+  const int64_t n = 7 * 112525;  // four chunks, the last short; seven columns
+  uint64_t seed = 100;
+  for (const at::ScalarType a : dtypes)
+    for (const at::ScalarType e : dtypes) {
+      SCOPED_TRACE(dtype_name(a) + " vs " + dtype_name(e));
+      auto [actual, expected] = noisy_pair(n, a, e, seed++, true);
+      actual[4321] = kNaN;
+      expected[500000] = kInf;
+      actual[700001] = -kInf;
+      std::vector<Metrics> runs;
+      for (const CpuKernel k : kernels) {
+        force_cpu_kernel(k);
+        runs.push_back(compare(actual.view({-1, 7}), expected.view({-1, 7}), {.first_n = 30}));
+        EXPECT_EQ(runs.back().kernel, "cpu:" + cpu_kernel_name(k));  // the forced kernel, not the widest, ran
+      }
+      for (size_t i = 1; i < runs.size(); ++i) {
+        SCOPED_TRACE(cpu_kernel_name(kernels[i]) + " against " + cpu_kernel_name(kernels[0]));
+        expect_identical(runs[i], runs[0]);
+      }
+    }
+}
+
+TEST_F(CompareCpuKernels, TheWidestRunsUnlessANarrowerIsForced) {
+  const std::vector<CpuKernel> kernels = cpu_kernels();
+  const at::Tensor x = at::ones({5});
+  EXPECT_EQ(compare(x, x).kernel, "cpu:" + cpu_kernel_name(kernels.front()));
+  force_cpu_kernel(kernels.back());
+  EXPECT_EQ(compare(x, x).kernel, "cpu:" + cpu_kernel_name(kernels.back()));
+  force_cpu_kernel(std::nullopt);
+  EXPECT_EQ(compare(x, x).kernel, "cpu:" + cpu_kernel_name(kernels.front()));
+  for (const CpuKernel k : {CpuKernel::avx512, CpuKernel::avx2})
+    if (std::find(kernels.begin(), kernels.end(), k) == kernels.end())
+      EXPECT_THROW(force_cpu_kernel(k), std::invalid_argument) << cpu_kernel_name(k);
+}
+
 }  // namespace
 }  // namespace parity

@@ -97,6 +97,7 @@ void expect_same_metrics(const Metrics& gpu, const Metrics& cpu) {
 Metrics expect_gpu_matches_cpu(const at::Tensor& actual, const at::Tensor& expected, const CompareOptions& opts = {}) {
   const Metrics cpu = compare(actual.cpu(), expected.cpu(), opts);
   const Metrics gpu = compare(actual.to(at::kCUDA), expected.to(at::kCUDA), opts);
+  EXPECT_EQ(gpu.kernel, "cuda");  // not the CPU's scan of the same tensors, which would match trivially
   expect_same_metrics(gpu, cpu);
   return gpu;
 }

@@ -13,6 +13,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,7 @@ struct Metrics {
   double max_abs_expected_value = 0;  // max |e| over finite elements (the reference's magnitude)
   std::vector<Mismatch> first;        // first N elements that differ
   ErrorGrid error_grid;
+  std::string kernel;  // what scanned the elements: "cpu:" and a cpu_kernel_name(), or "cuda"
 };
 
 struct CompareOptions {
@@ -70,6 +72,15 @@ struct CompareOptions {
 // `actual` and `expected` must have the same shape; they may differ in dtype and device (expected is cast to
 // actual's dtype for ULP counting when it has a wider type; abs/rel errors are computed in fp64).
 Metrics compare(const at::Tensor& actual, const at::Tensor& expected, const CompareOptions& opts = {});
+
+// The CPU path's vector kernel: the same code compiled for AVX-512 (64-byte vectors), AVX2 and the baseline ISA
+// (32-byte vectors; SSE2 halves on x86-64, and the only kernel elsewhere). compare() takes the widest this CPU runs.
+// Every kernel gives the same bits: tests force each one to check that, and the bench times each.
+enum class CpuKernel { avx512, avx2, baseline };
+std::string cpu_kernel_name(CpuKernel kernel);
+std::vector<CpuKernel> cpu_kernels();  // those this CPU runs, widest first
+// One of cpu_kernels() from now on, or the widest again (nullopt); another throws std::invalid_argument.
+void force_cpu_kernel(std::optional<CpuKernel> kernel);
 
 // Scalar helpers (tested against an edge-value table).
 // Ordered integer of a value's bit pattern in dtype `t` (fp64, fp32, fp16, bf16).
