@@ -812,22 +812,11 @@ template <typename TA, typename TE, typename TU, typename... Args>
 }
 #endif
 
-std::vector<CpuKernel> supported_cpu_kernels() {
-  std::vector<CpuKernel> kernels;
-#if defined(__x86_64__)
-  __builtin_cpu_init();  // callers may be static initialisers, which can run before libgcc's own
-  if (__builtin_cpu_supports("x86-64-v4")) kernels.push_back(CpuKernel::avx512);
-  if (__builtin_cpu_supports("avx2")) kernels.push_back(CpuKernel::avx2);
-#endif
-  kernels.push_back(CpuKernel::baseline);
-  return kernels;
-}
-
 // -1: the widest; else the CpuKernel forced.
 std::atomic<int> forced_cpu_kernel{-1};
 
 CpuKernel current_cpu_kernel() {
-  static const CpuKernel widest = supported_cpu_kernels().front();
+  static const CpuKernel widest = cpu_kernels().front();
   const int forced = forced_cpu_kernel.load();
   return forced < 0 ? widest : static_cast<CpuKernel>(forced);
 }
@@ -1090,11 +1079,20 @@ std::string cpu_kernel_name(CpuKernel kernel) {
   return "unknown";
 }
 
-std::vector<CpuKernel> cpu_kernels() { return supported_cpu_kernels(); }
+std::vector<CpuKernel> cpu_kernels() {
+  std::vector<CpuKernel> kernels;
+#if defined(__x86_64__)
+  __builtin_cpu_init();  // callers may be static initialisers, which can run before libgcc's own
+  if (__builtin_cpu_supports("x86-64-v4")) kernels.push_back(CpuKernel::avx512);
+  if (__builtin_cpu_supports("avx2")) kernels.push_back(CpuKernel::avx2);
+#endif
+  kernels.push_back(CpuKernel::baseline);
+  return kernels;
+}
 
 void force_cpu_kernel(std::optional<CpuKernel> kernel) {
   if (kernel) {
-    const std::vector<CpuKernel> runs = supported_cpu_kernels();
+    const std::vector<CpuKernel> runs = cpu_kernels();
     if (std::find(runs.begin(), runs.end(), *kernel) == runs.end())
       throw std::invalid_argument("force_cpu_kernel: this CPU does not run the " + cpu_kernel_name(*kernel) +
                                   " kernel");
