@@ -669,7 +669,7 @@ void expect_identical(const Metrics& m, const Metrics& ref) {
   }
 }
 
-TEST_F(CompareCpuKernels, EveryKernelGivesTheWidestsBits) {
+TEST_F(CompareCpuKernels, EveryKernelMatchesTheWidestBitForBit) {
   const std::vector<CpuKernel> kernels = cpu_kernels();
   ASSERT_FALSE(kernels.empty());
   EXPECT_EQ(kernels.back(), CpuKernel::baseline);  // every CPU runs the baseline
