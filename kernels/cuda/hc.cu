@@ -1312,7 +1312,10 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 // (reports/gpu/2026-11-27-h100-post-comb-tail-ab.log, the patch beside it). Also dropped: tiles claimed from a counter
 // as the clusters go (their fixed shares end up to 6 us apart): the same bits, but hc_pre x1.11 and hc_head x1.32;
 // without the atomic, the tile looked up per stage still cost x1.06 / x1.03 on the finisher's and issuer's paths
-// (reports/gpu/2026-11-27-h100-fused-fwd-claimed-tiles-ab.log, the patch beside it).
+// (reports/gpu/2026-11-27-h100-fused-fwd-claimed-tiles-ab.log, the patch beside it). Not written: "solo" CTAs on the
+// 20 free SMs (a second stream), each a tile at a time through all 16 slices: a probe emulating their traffic slowed
+// this kernel by 7% and ran 40% slower itself beside it (~83 GB/s an SM from L2 alone), for ~3% at best
+// (reports/gpu/2026-11-27-h100-fused-fwd-free-sms-probe.log, the probe beside it).
 // A stage is one TMA box as it lands: x viewed as [stream][hidden / 64][token][64] (4-D tensor map, strides in any
 // order), box (64, 16 tokens, Dc / 64, H), 128-byte swizzle: the 16 tokens of a 64-element chunk are 16 lines of
 // 128 bytes, unit u of line r at u ^ (r % 8) (FusedSlice::at). ldmatrix then reads the multiply's A fragments (8 rows
