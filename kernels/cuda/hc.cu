@@ -2652,7 +2652,7 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
 // CTA an SM (80 registers, 6 splits) is slower: dx_dfn 0.521-0.529 against 0.477-0.483 ms, with a 3-stage ring too
 // (reports/gpu/2026-11-27-h100-hc-pre-bwd-chain.log, 2026-11-27-h100-dx-dfn-mma-three-ctas-ab.log, the patches
 // beside them). Ablations (H100, reports/gpu/2026-11-27-h100-hc-pre-fused-bwd-ablations.log; comb_bwd + this + sums
-// 0.826 ms): without the row sums 0.801, without grad_fn's MMAs 0.761, without grad_x's 0.738, without the finisher's
+// 0.826 ms): without the row sums 0.801, without grad_fn's MMAs 0.759, without grad_x's 0.739, without the finisher's
 // gate backward 0.752, and with none of them (the loads, exchange and stores alone) 0.500 ms, against the 0.513 that
 // 75% of the copy rate allows: here the compute would have to hide entirely under the data movement.
 // Threads: four warpgroups of compute warps and a fifth whose first warp is the finisher (its other three only keep
