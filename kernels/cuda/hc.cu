@@ -1315,7 +1315,11 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 // (reports/gpu/2026-11-27-h100-fused-fwd-claimed-tiles-ab.log, the patch beside it). Not written: "solo" CTAs on the
 // 20 free SMs (a second stream), each a tile at a time through all 16 slices: a probe emulating their traffic slowed
 // this kernel by 7% and ran 40% slower itself beside it (~83 GB/s an SM from L2 alone), for ~3% at best
-// (reports/gpu/2026-11-27-h100-fused-fwd-free-sms-probe.log, the probe beside it).
+// (reports/gpu/2026-11-27-h100-fused-fwd-free-sms-probe.log, the probe beside it). Ablations (H100, hot, with
+// mix_post_comb; reports/gpu/2026-11-27-h100-hc-pre-fused-fwd-ablations.log): as is 0.2996 ms; without the MMAs 0.2464
+// (92% of copy, hc_head's level), without the cross-warp sums 0.2885, with a one-stream collapse 0.2754, and with none
+// of the three as without the MMAs alone: the multiply's burst, every warp at once after the tile's one barrier, is
+// what keeps hc_pre below hc_head.
 // A stage is one TMA box as it lands: x viewed as [stream][hidden / 64][token][64] (4-D tensor map, strides in any
 // order), box (64, 16 tokens, Dc / 64, H), 128-byte swizzle: the 16 tokens of a 64-element chunk are 16 lines of
 // 128 bytes, unit u of line r at u ^ (r % 8) (FusedSlice::at). ldmatrix then reads the multiply's A fragments (8 rows
