@@ -1300,7 +1300,9 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 // dropped since: mix_post_comb on the 20 SMs left over, launched programmatically dependent (this kernel's CTAs trigger
 // at their start) and reading each mix as it lands (mixes set to an 0xFF NaN beforehand, which the finisher never
 // writes; one lane a warp polling, 0.1-8 us sleeps): the same bits, but the pair no faster (0.3134 / 0.3133 ms
-// against 0.3151 / 0.3119 ms in two A/Bs; reports/gpu/2026-11-26-h100-post-comb-overlap-ab.log). Also dropped: no
+// against 0.3151 / 0.3119 ms in two A/Bs; reports/gpu/2026-11-26-h100-post-comb-overlap-ab.log); again with a
+// per-token flag instead of the poison: its st.release.gpu on the finisher's path alone made the pair x1.18, relaxed
+// flags x1.04 (reports/gpu/2026-11-27-h100-post-comb-flags-probe.log). Also dropped: no
 // clusters, 8 groups of 16 CTAs on 128 SMs (a cooperative launch) exchanging rows and pre through global memory in
 // tagged 8-byte words (NCCL's LL protocol; finisher 2 and collapse 4 tiles behind): the same bits, but hc_pre no
 // faster (0.3114-0.3147 against 0.3088-0.3129 ms) and hc_head slower (0.245 against 0.235): the exchange adds ~250 KB
