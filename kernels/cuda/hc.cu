@@ -2660,7 +2660,11 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
 // beside them). Ablations (H100, reports/gpu/2026-11-27-h100-hc-pre-fused-bwd-ablations.log; comb_bwd + this + sums
 // 0.826 ms): without the row sums 0.801, without grad_fn's MMAs 0.759, without grad_x's 0.739, without the finisher's
 // gate backward 0.752, and with none of them (the loads, exchange and stores alone) 0.500 ms, against the 0.513 that
-// 75% of the copy rate allows: here the compute would have to hide entirely under the data movement.
+// 75% of the copy rate allows: here the compute would have to hide entirely under the data movement. Nor is the
+// three-stage ring what keeps it from hiding: with fn's fragments made up in registers (no shared memory, no loads)
+// and five stages in the 96 KB freed, 0.836 ms against 0.827 as is, and 0.831 with three
+// (reports/gpu/2026-11-27-h100-hc-pre-fused-bwd-stages-ablation.log): the compute warps' own instructions and HMMA
+// chains (~715 instructions and 84 MMAs a warp and tile, by count of the source) set the pace, not the lookahead.
 // Threads: four warpgroups of compute warps and a fifth whose first warp is the finisher (its other three only keep
 // the cluster barrier). 20 warps launch at 96 registers a thread (5 warps a scheduler), where the grad_fn sums
 // spilled 88 bytes; setmaxnreg then moves registers within the CTA's pool, which is what the launch allocated (an
