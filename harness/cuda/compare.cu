@@ -34,7 +34,9 @@ fp32 spilled 8-20 bytes before offer() and the straddling cells recomputed |err|
 came first) and vectors without a zero e taking finite8<true>, which tests no quotient per element (finite8's
 straight block for bf16 pairs 275 -> 220 instructions, cuobjdump): 2.573 -> 2.464 ms, x_read 2.64 -> 2.53 (H200,
 bench/compare_ab.sh, 3 alternating runs, results hashes unchanged at 5 shapes;
-reports/gpu/2026-11-27-h200-comparator-widen-ab.log).
+reports/gpu/2026-11-27-h200-comparator-widen-ab.log). The ring's shared addresses taken once (Stager): 2.461-2.477 ->
+2.425-2.439 ms, x_read 2.53 -> 2.49 (H200, 2 alternating runs, same hashes; -ab2 in
+reports/gpu/2026-11-27-h200-comparator-stager-ab.log, against 296abe8 in -ab1).
 Measured (H100, bench/compare_cuda_timing.cu, 2^30 bf16 pairs, scan + merge + first): 2.62 ms, 1.88x a read of both,
 flat or as [2^18, 4096] (A/B in one process each step, results hashes unchanged: 2.07x before the 32-bit coordinates and
 offsets with the magnitude-based finiteness, 2.01x after them, 1.88x with the straight-line eight; the 64-bit
@@ -509,29 +511,38 @@ class Scanner {
     const int copied;
     int k = 0;
     unsigned offset = 0;
-    uint4* const mine = &scan_ring[threadIdx.x];  // slot s of side d at mine[(2 * s + d) * kThreads]
+    // The shared-space address of slot 0 of side 0 (slot s of side d: + (2 * s + d) * kSide bytes), taken once: from
+    // the generic pointer, every copy and read recomputed the CTA's shared window (S2UR, ULEA: 8 instructions a tile).
+    static constexpr unsigned kSide = kThreads * 16;
+    const unsigned mine = static_cast<unsigned>(__cvta_generic_to_shared(&scan_ring[threadIdx.x]));
 
     __device__ Stager(const TA* a, const TE* e, int limit, int copied)
         : a(opaque(a)), e(opaque(e)), limit(limit), copied(copied) {}
 
     __device__ void next() {
-      uint4* const slot = mine + (k % kStages) * 2 * kThreads;
+      const unsigned slot = mine + (k % kStages) * 2 * kSide;
       if (k < copied) [[likely]] {
-        __pipeline_memcpy_async(slot, a + offset, 16);
-        __pipeline_memcpy_async(slot + kThreads, e + offset, 16);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(slot), "l"(a + offset) : "memory");
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(slot + kSide), "l"(e + offset) : "memory");
       } else if (static_cast<int>(offset) < limit) {
         const int n = count(offset, limit);
-        slot[0] = as_uint4(load8(a, offset, n, false));
-        slot[kThreads] = as_uint4(load8(e, offset, n, false));
+        store(slot, as_uint4(load8(a, offset, n, false)));
+        store(slot + kSide, as_uint4(load8(e, offset, n, false)));
       }
       __pipeline_commit();
       offset += kTile, ++k;
     }
+    static __device__ void store(unsigned at, uint4 q) {
+      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(at), "r"(q.x), "r"(q.y), "r"(q.z), "r"(q.w)
+                   : "memory");
+    }
     template <typename T>
     __device__ Vec<T> read(int slot, int side) const {
-      const uint4 q = mine[(2 * slot + side) * kThreads];
       Vec<T> v;
-      v.w[0] = q.x, v.w[1] = q.y, v.w[2] = q.z, v.w[3] = q.w;
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
+                   : "r"(mine + (2 * slot + side) * kSide)
+                   : "memory");
       return v;
     }
   };
