@@ -19,7 +19,7 @@ mkdir -p "$work"
 # The version's kernel (kernels/cuda/hc.cu, hc.cuh) and standalone bench (bench/hc_cuda_timing.cu, cuda_timing.cuh)
 # in a tree of its own, so that each builds against its own launchers. A directory gives the kernel, and the bench
 # too where it holds one (hc_cuda_timing.cu and cuda_timing.cuh beside hc.cu; else this checkout's: on the device
-# machine, which has no git, a revision is passed as such a directory).
+# machine, whose copy's .git can be older than its files, a revision is passed as such a directory).
 checkout() {
   local version=$1 dir=$2
   mkdir -p "$dir/kernels/cuda" "$dir/bench"

@@ -3,7 +3,8 @@
 # own torch, run every test, measure the device ceilings, run the full suite with perf, and leave results, report and
 # logs under $OUT. toml++ (header-only, not installed there) travels in .carry/include.
 #   usage (device tool): PARITY_COMMIT=<hash> bash scripts/gpu_session.sh   with carry [".carry"]
-#   (the device copy has no .git of its own: the commit, and PARITY_DIRTY=1 for uncommitted changes, are told)
+#   (the device copy's .git, where there is one, can be older than its files: the commit, and PARITY_DIRTY=1 for
+#   uncommitted changes, are told)
 set -uo pipefail
 OUT=${OUT:-/tmp/parity-out}
 mkdir -p "$OUT"
