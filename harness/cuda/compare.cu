@@ -4,11 +4,12 @@ path: compare_element.hpp).
 
 compare_scan: persistent blocks of 256 threads, two per SM, each block one contiguous stretch walked in tiles of 2048
 elements. A thread takes 8 elements a side per tile. Where both sides are 16-bit they come through its own slots of a
-ring in shared memory, copied (cp.async) three tiles ahead and read back by the thread alone, so no barrier is needed;
-wider pairs are loaded as they are computed (one to four 16-byte loads a side). Where both sides are one 16-bit dtype
-the eight are computed straight-line, else a half at a time (all eight at once spill). A thread keeps its sums in
-registers, in index order, and the ULP distances up to 32 as five-bit counts packed in one word (where both sides are
-one 16-bit dtype, two distances are found per 32-bit word, with packed max/min, and a table gives both counts at once);
+ring in shared memory, copied (cp.async) three tiles ahead and read back by the thread alone (a tile before its turn),
+so no barrier is needed; wider pairs are loaded as they are computed (one to four 16-byte loads a side). Where both
+sides are one 16-bit dtype the eight are computed straight-line, else a half at a time (all eight at once spill). A
+thread keeps its sums in registers, in index order, and the ULP distances up to 32 as five-bit counts packed in one
+word (where both sides are one 16-bit dtype, two distances are found per 32-bit word, with packed max/min, and a table
+gives both counts at once);
 larger distances go to a per-warp shared histogram by bit_width(u - 1), and every |err| to the block's shared histogram,
 both with integer atomics. Eight elements all finite (from the exponent bits where both sides are stored in the ULP
 dtype; where both are one 16-bit dtype, from each lane's largest magnitude, which also gives the largest |e|) take
@@ -36,7 +37,13 @@ straight block for bf16 pairs 275 -> 220 instructions, cuobjdump): 2.573 -> 2.46
 bench/compare_ab.sh, 3 alternating runs, results hashes unchanged at 5 shapes;
 reports/gpu/2026-11-27-h200-comparator-widen-ab.log). The ring's shared addresses taken once (Stager): 2.461-2.477 ->
 2.425-2.439 ms, x_read 2.53 -> 2.49 (H200, 2 alternating runs, same hashes; -ab2 in
-reports/gpu/2026-11-27-h200-comparator-stager-ab.log, against 296abe8 in -ab1).
+reports/gpu/2026-11-27-h200-comparator-stager-ab.log, against 296abe8 in -ab1). ncu then (H200, 2^28 as [2^16,
+4096], reports/gpu/2026-11-27-h200-comparator-ncu.txt): 407 instructions per warp and vector, issue slots 62.6% busy,
+1.27 eligible warps of 3.77 per scheduler; finite8's straight block (220 instructions) held 31% of the stall samples,
+the ~150 around it half: the ring's read and the finiteness check waiting on it 12%, the bars and the spot's advance
+14%, the heatmap's check 6%. The ring read a tile early (five slots, so that three tiles stay in flight): 2.431-2.439
+-> 2.389-2.405 ms (x_read 2.49 -> 2.45, same hashes). Dropped: the heatmap's cell end kept with the spot (one load
+off the check, one more in the advance): 1.5% slower (both in reports/gpu/2026-11-27-h200-comparator-ring-read-ab.log).
 Measured (H100, bench/compare_cuda_timing.cu, 2^30 bf16 pairs, scan + merge + first): 2.62 ms, 1.88x a read of both,
 flat or as [2^18, 4096] (A/B in one process each step, results hashes unchanged: 2.07x before the 32-bit coordinates and
 offsets with the magnitude-based finiteness, 2.01x after them, 1.88x with the straight-line eight; the 64-bit
@@ -414,7 +421,7 @@ __device__ __forceinline__ double reciprocal(double y) {
 }
 
 // The ring of Scanner::Stager: kStages slots a side and thread, in dynamic shared memory (Scanner::kRingBytes).
-constexpr int kStages = 4;
+constexpr int kStages = 5;
 extern __shared__ uint4 scan_ring[];
 
 template <typename TA, typename TE, typename Coord>
@@ -457,19 +464,25 @@ class Scanner {
     };
     GridSpot<Coord> at = GridSpot<Coord>::of(heat_, begin + o0);
     if constexpr (kRing) {
-      // Tile k + kStages - 1 goes into the slot that tile k - 1 was read from (computed since, so its reads are
-      // done), then tile k's copies are waited for: those of the kStages - 1 after it may be pending.
+      // Tile k + kStages - 1 goes into the slot that tile k - 1 was read from (into registers, before tile k - 1 was
+      // computed). Tile k + 1 is read at the end of tile k, once its copies are in (those of the kStages - 2 after it
+      // may be pending), so that the shared loads' latency passes under the spot's advance: read at the top of the
+      // tile, they and the finiteness check waiting on them held 12% of the warps' stall samples (ncu, H200).
       Stager stager(act_ + o0, exp_ + o0, len - o0, aligned ? whole : 0);
       for (int k = 0; k < kStages - 1; ++k) stager.next();
+      __pipeline_wait_prior(kStages - 2);
+      Vec<TA> a = stager.template read<TA>(0, 0);
+      Vec<TE> e = stager.template read<TE>(0, 1);
+      int get = 0;  // tile k's slot
       for (int k = 0; k < tiles; ++k) {
         stager.next();
-        __pipeline_wait_prior(kStages - 1);
         const int o = o0 + k * kTile;
-        if (const int n = elements(k, o); n > 0) {
-          const int slot = k % kStages;
-          scan8(at, o, n, stager.template read<TA>(slot, 0), stager.template read<TE>(slot, 1));
-        }
+        if (const int n = elements(k, o); n > 0) scan8(at, o, n, a, e);
         share_bars();
+        __pipeline_wait_prior(kStages - 2);
+        get = get + 1 == kStages ? 0 : get + 1;
+        a = stager.template read<TA>(get, 0);  // past the last tile, a slot's stale words: not used
+        e = stager.template read<TE>(get, 1);
         at.advance(heat_, drow, dcol);
       }
       __pipeline_wait_prior(0);
@@ -509,7 +522,7 @@ class Scanner {
     const TE* const e;
     const int limit;  // elements from a to the stretch's end
     const int copied;
-    int k = 0;
+    int k = 0, put = 0;  // tiles copied so far; the slot tile k goes to (k % kStages, kept without a division)
     unsigned offset = 0;
     // The shared-space address of slot 0 of side 0 (slot s of side d: + (2 * s + d) * kSide bytes), taken once: from
     // the generic pointer, every copy and read recomputed the CTA's shared window (S2UR, ULEA: 8 instructions a tile).
@@ -520,7 +533,7 @@ class Scanner {
         : a(opaque(a)), e(opaque(e)), limit(limit), copied(copied) {}
 
     __device__ void next() {
-      const unsigned slot = mine + (k % kStages) * 2 * kSide;
+      const unsigned slot = mine + put * 2 * kSide;
       if (k < copied) [[likely]] {
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(slot), "l"(a + offset) : "memory");
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(slot + kSide), "l"(e + offset) : "memory");
@@ -531,6 +544,7 @@ class Scanner {
       }
       __pipeline_commit();
       offset += kTile, ++k;
+      put = put + 1 == kStages ? 0 : put + 1;
     }
     static __device__ void store(unsigned at, uint4 q) {
       asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(at), "r"(q.x), "r"(q.y), "r"(q.z), "r"(q.w)
