@@ -43,7 +43,9 @@ reports/gpu/2026-11-27-h200-comparator-stager-ab.log, against 296abe8 in -ab1). 
 the ~150 around it half: the ring's read and the finiteness check waiting on it 12%, the bars and the spot's advance
 14%, the heatmap's check 6%. The ring read a tile early (five slots, so that three tiles stay in flight): 2.431-2.439
 -> 2.389-2.405 ms (x_read 2.49 -> 2.45, same hashes). Dropped: the heatmap's cell end kept with the spot (one load
-off the check, one more in the advance): 1.5% slower (both in reports/gpu/2026-11-27-h200-comparator-ring-read-ab.log).
+off the check, one more in the advance): 1.5% slower (both in reports/gpu/2026-11-27-h200-comparator-ring-read-ab.log);
+cells found by shifts where every cell is 2^r x 2^c (no shared load in the advance or the check): 0.6-0.8% faster, not
+worth a second path (reports/gpu/2026-11-27-h200-comparator-pow2-cells-ab.log).
 Measured (H100, bench/compare_cuda_timing.cu, 2^30 bf16 pairs, scan + merge + first): 2.62 ms, 1.88x a read of both,
 flat or as [2^18, 4096] (A/B in one process each step, results hashes unchanged: 2.07x before the 32-bit coordinates and
 offsets with the magnitude-based finiteness, 2.01x after them, 1.88x with the straight-line eight; the 64-bit
