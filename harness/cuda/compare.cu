@@ -7,20 +7,19 @@ elements. A thread takes 8 elements a side per tile. Where both sides are 16-bit
 ring in shared memory, copied (cp.async) three tiles ahead and read back by the thread alone (a tile before its turn),
 so no barrier is needed; wider pairs are loaded as they are computed (one to four 16-byte loads a side). Where both
 sides are one 16-bit dtype the eight are computed straight-line, else a half at a time (all eight at once spill). A
-thread keeps its sums in registers, in index order, and the ULP distances up to 32 as five-bit counts packed in one
-word (where both sides are one 16-bit dtype, two distances are found per 32-bit word, with packed max/min, and a table
-gives both counts at once);
-larger distances go to a per-warp shared histogram by bit_width(u - 1), and every |err| to the block's shared histogram,
-both with integer atomics. Eight elements all finite (from the exponent bits where both sides are stored in the ULP
-dtype; where both are one 16-bit dtype, from each lane's largest magnitude, which also gives the largest |e|) take
-finite8, straight-line; maxima and heatmap cells are checked once per vector against a cheap key of its largest values,
-and only a vector that may beat one is offered again exactly (the keys of the maxima are shared across the warp after
-every tile). A thread's place in the heatmap moves on with its vector, tile by tile, in 32-bit coordinates unless the
-view has more than 2^30 rows or columns; a column's cell comes from a table of column segments no wider than a cell.
-Within its stretch a thread names elements by 32-bit offsets; its copies' sources are a 64-bit base each plus one.
-Any others, and the tail, go element by element through cmp::classify_bits, the CPU's definition. At the end a block's
-totals are reduced in a fixed order and written to its slot; the histogram and the cells go to global ones with integer
-atomics.
+thread keeps its sums in registers, in index order, and the ULP distances up to 32 as five-bit counts packed in one word
+(where both sides are one 16-bit dtype, two distances are found per 32-bit word, with packed max/min, and a table gives
+both counts at once); larger distances go to a per-warp shared histogram by bit_width(u - 1), and every |err| to the
+block's shared histogram, both with integer atomics. Eight elements all finite (from the exponent bits where both sides
+are stored in the ULP dtype; where both are one 16-bit dtype, from each lane's largest magnitude, which also gives the
+largest |e|) take finite8, straight-line; maxima and heatmap cells are checked once per vector against a cheap key of
+its largest values, and only a vector that may beat one is offered again exactly (the keys of the maxima are shared
+across the warp after every tile). A thread's place in the heatmap moves on with its vector, tile by tile, in 32-bit
+coordinates unless the view has more than 2^30 rows or columns; a column's cell comes from a table of column segments no
+wider than a cell. Within its stretch a thread names elements by 32-bit offsets; its copies' sources are a 64-bit base
+each plus one. Any others, and the tail, go element by element through cmp::classify_bits, the CPU's definition. At the
+end a block's totals are reduced in a fixed order and written to its slot; the histogram and the cells go to global ones
+with integer atomics.
 
 compare_merge: one block merges the blocks' totals in block order (runs of neighbours, then a fixed tree) and places
 the first mismatches: which blocks hold them, and where in the list each block's go.
