@@ -44,7 +44,9 @@ the ~150 around it half: the ring's read and the finiteness check waiting on it 
 -> 2.389-2.405 ms (x_read 2.49 -> 2.45, same hashes). Dropped: the heatmap's cell end kept with the spot (one load
 off the check, one more in the advance): 1.5% slower (both in reports/gpu/2026-11-27-h200-comparator-ring-read-ab.log);
 cells found by shifts where every cell is 2^r x 2^c (no shared load in the advance or the check): 0.6-0.8% faster, not
-worth a second path (reports/gpu/2026-11-27-h200-comparator-pow2-cells-ab.log).
+worth a second path (reports/gpu/2026-11-27-h200-comparator-pow2-cells-ab.log). The errors' key with the low words' or
+(bar_of), so that errors equal to the largest are not offered again (offer() had run for 3.8% of the warps' vectors):
+2.376-2.401 -> 2.355-2.375 ms (reports/gpu/2026-11-27-h200-comparator-tie-key-ab.log).
 Measured (H100, bench/compare_cuda_timing.cu, 2^30 bf16 pairs, scan + merge + first): 2.62 ms, 1.88x a read of both,
 flat or as [2^18, 4096] (A/B in one process each step, results hashes unchanged: 2.07x before the 32-bit coordinates and
 offsets with the magnitude-based finiteness, 2.01x after them, 1.88x with the straight-line eight; the 64-bit
@@ -356,7 +358,10 @@ __host__ __device__ constexpr bool narrow_coordinates(const cmp::GridShape& g) {
 // A cheap bound on non-negative doubles, from their high words: key(x) = 2 * hi(x) + 1 for x > 0, 0 for x = 0, where
 // no nonzero x has a high word of 0 (a nonzero error or quotient here is at least ~2^-300; where a side is fp64 the low
 // words are looked at too, see Scanner::finite8). x > m implies key(x) >= bar(m) = 2 * hi(m) + 1; the converse fails
-// only where both share their high word (a relative 2^-20), which the exact check behind the bar then settles.
+// only where both share their high word (a relative 2^-20), which the exact check behind the bar then settles. An
+// error's key may also be 2 * hi(x) + (lo(x) != 0), which is 0 for x = 0 too: x > m with hi(x) = hi(m) has a nonzero
+// low word. So an error equal to the largest one, with no low bits (as nearly every difference of two 16-bit values),
+// is not offered again.
 __device__ __forceinline__ uint32_t bar_of(double m) { return 2 * static_cast<uint32_t>(__double2hiint(m)) + 1; }
 
 // The largest value of a heatmap cell only grows; the block's copy is read before an atomic is spent on it.
@@ -691,8 +696,8 @@ class Scanner {
   }
 
   // What finite8 gathers over its vector besides the thread's sums: the largest distance, the high words of the largest
-  // |err| (and, where a side is fp64, its low words' or) and approximate quotient; the sums of the distances and
-  // quotients, how many quotients are defined, and whether an |e| is below 2^-1000.
+  // |err| (and the or of the errors' low words) and approximate quotient; the sums of the distances and quotients, how
+  // many quotients are defined, and whether an |e| is below 2^-1000.
   struct Largest {
     uint32_t u = 0, x_high = 0, x_low = 0, rel_high = 0, defined = 0;
     std::conditional_t<F::kWidth <= 16, uint32_t, uint64_t> sum_u = 0;  // eight 16-bit distances fit 32 bits
@@ -725,8 +730,9 @@ class Scanner {
       const auto x_hi = static_cast<uint32_t>(__double2hiint(diff)) & 0x7FFFFFFFu;  // |diff|'s, off the fp64 pipe
       atomicAdd(err_slot(x_hi), 1u);
       big.x_high = max(big.x_high, x_hi);
-      // Where a side is fp64, a nonzero error can have a high word of 0 (a subnormal), so its low words count too.
-      if constexpr (sizeof(TA) == 8 || sizeof(TE) == 8) big.x_low |= static_cast<uint32_t>(__double2loint(diff));
+      // The low words: where a side is fp64 a nonzero error can have a high word of 0 (a subnormal); elsewhere an error
+      // equal to the vector's bar has one of 0 where it has no low bits (see bar_of).
+      big.x_low |= static_cast<uint32_t>(__double2loint(diff));
 
       // |1 / e| as the modifier of the product (reciprocal() is odd: its steps commute with the sign), without |e|.
       const double rel = x * fabs(reciprocal(ev));  // NaN where e is 0, and unused there
@@ -787,7 +793,9 @@ class Scanner {
     if (big.u > kPackedLimit) count_wide(a, e);
     if (++packed_vectors_ == kPackedVectors) unpack();
 
-    const uint32_t x_key = big.x_high == 0 && big.x_low == 0 ? 0 : 2 * big.x_high + 1;
+    // Where every error of the vector has no low bits, one equal to a largest (as errors of 16-bit values often are:
+    // with abs_bar at 2 * hi + 1 they took ~4% of a warp's vectors down offer(), ncu, H200) is not offered again.
+    const uint32_t x_key = 2 * big.x_high + (big.x_low != 0);
     const uint32_t rel_key = big.rel_high == 0 ? 0 : 2 * big.rel_high + 1;
     if (big.tiny || x_key >= t.abs_bar || rel_key >= t.rel_bar || big.u >= t.ulp_bar) offer(o, a, e);
 
