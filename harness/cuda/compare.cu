@@ -360,8 +360,8 @@ __host__ __device__ constexpr bool narrow_coordinates(const cmp::GridShape& g) {
 // words are looked at too, see Scanner::finite8). x > m implies key(x) >= bar(m) = 2 * hi(m) + 1; the converse fails
 // only where both share their high word (a relative 2^-20), which the exact check behind the bar then settles. An
 // error's key may also be 2 * hi(x) + (lo(x) != 0), which is 0 for x = 0 too: x > m with hi(x) = hi(m) has a nonzero
-// low word. So an error equal to the largest one, with no low bits (as nearly every difference of two 16-bit values),
-// is not offered again.
+// low word. So an error equal to the largest one, with no low bits (as nearly every difference of two 16-bit values
+// has), is not offered again.
 __device__ __forceinline__ uint32_t bar_of(double m) { return 2 * static_cast<uint32_t>(__double2hiint(m)) + 1; }
 
 // The largest value of a heatmap cell only grows; the block's copy is read before an atomic is spent on it.
@@ -730,8 +730,8 @@ class Scanner {
       const auto x_hi = static_cast<uint32_t>(__double2hiint(diff)) & 0x7FFFFFFFu;  // |diff|'s, off the fp64 pipe
       atomicAdd(err_slot(x_hi), 1u);
       big.x_high = max(big.x_high, x_hi);
-      // The low words: where a side is fp64 a nonzero error can have a high word of 0 (a subnormal); elsewhere an error
-      // equal to the vector's bar has one of 0 where it has no low bits (see bar_of).
+      // The low words: where a side is fp64, a nonzero error can have a high word of 0 (a subnormal); and an error that
+      // shares the largest one's high word can exceed it only through them (see bar_of).
       big.x_low |= static_cast<uint32_t>(__double2loint(diff));
 
       // |1 / e| as the modifier of the product (reciprocal() is odd: its steps commute with the sign), without |e|.
