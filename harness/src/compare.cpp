@@ -227,6 +227,17 @@ template <typename V>
 [[gnu::always_inline]] inline V vmin(V a, V b) {
   return a < b ? a : b;
 }
+// max(a, b) of fp64 lanes that are non-negative or, in a, -1 (the maxima's start): at 64 bytes a signed compare of the
+// bit patterns, which orders such values as the values and keeps the ordering off the floating-point adders, which
+// the kernel's sums keep busy (AVX2 has no 64-bit integer max).
+template <typename D>
+[[gnu::always_inline]] inline D max_of_nonnegative(D a, D b) {
+  if constexpr (sizeof(D) == 64) {
+    using L = Vec<int64_t, sizeof(D)>;
+    return (D)vmax((L)a, (L)b);
+  }
+  return vmax(a, b);
+}
 template <typename D>
 [[gnu::always_inline]] inline D vabs(D x) {
   return (D)((Vec<uint64_t, sizeof(D)>)x & ~(uint64_t{1} << 63));
@@ -253,18 +264,18 @@ struct LaneSum {
   static constexpr int kParts = kLanes * 8 / kBytes;
   D parts[kParts]{};
   [[gnu::always_inline]] void add(int part, D x) { parts[part] += x; }
-  // x * x. With kExact every square is exact in fp64 (a value of at most 26 significant bits, as fp32 and bf16 values
-  // have): a fused multiply-add then rounds as the add alone does, in one instruction. (The file is built with
+  // x * y. With kExact every product is exact in fp64 (two values of at most 26 significant bits, as fp32 and bf16
+  // values have): a fused multiply-add then rounds as the add alone does, in one instruction. (The file is built with
   // -ffp-contract=off, so that no other product and sum fuse.)
   template <bool kExact>
-  [[gnu::always_inline]] void add_square(int part, D x) {
+  [[gnu::always_inline]] void add_product(int part, D x, D y) {
 #if defined(__x86_64__)
     if constexpr (kExact && kBytes == 64) {
-      parts[part] = __builtin_ia32_vfmaddpd512_mask(x, x, parts[part], 0xFF, 4);  // 4: the current rounding
+      parts[part] = __builtin_ia32_vfmaddpd512_mask(x, y, parts[part], 0xFF, 4);  // 4: the current rounding
       return;
     }
 #endif
-    add(part, x * x);
+    add(part, x * y);
   }
   double lane(int j) const { return parts[j / Simd<kBytes>::kDoubles][j % Simd<kBytes>::kDoubles]; }
 };
@@ -377,7 +388,7 @@ template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
   using I = typename V::I;
   using U = typename V::U;
   constexpr bool kExpectedBits = !std::is_same_v<TE, double>;
-  constexpr bool kExactSquares = !std::is_same_v<TA, double> && !std::is_same_v<TE, double>;  // see add_squares
+  constexpr bool kExactProducts = !std::is_same_v<TA, double> && !std::is_same_v<TE, double>;  // see add_product
   U max_mag{}, max_expected{};
   I expected_zero{};
   for (int64_t i = 0; i < n; i += V::kWords) {
@@ -423,12 +434,12 @@ template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
       store(b.abs + i, err);
       s.sum_abs.add(part, err);
       s.sum_rel.add(part, rel);
-      s.sum_aa.template add_square<kExactSquares>(part, av);
-      s.sum_ee.template add_square<kExactSquares>(part, ev);
+      s.sum_aa.template add_product<kExactProducts>(part, av, av);
+      s.sum_ee.template add_product<kExactProducts>(part, ev, ev);
       s.sum_dd.add(part, diff * diff);
-      s.sum_ae.add(part, av * ev);
-      s.max_abs = vmax(s.max_abs, err);
-      s.max_rel = vmax(s.max_rel, rel);
+      s.sum_ae.template add_product<kExactProducts>(part, av, ev);
+      s.max_abs = max_of_nonnegative(s.max_abs, err);
+      s.max_rel = max_of_nonnegative(s.max_rel, rel);
       if constexpr (!kExpectedBits) {
         max_e_abs = vmax(max_e_abs, e_abs);
         e_zero -= zero;
@@ -794,7 +805,13 @@ class ChunkScan {
 // BM_Compare and BM_CompareKernel): AVX-512 3.9-4.1 ms, AVX2 4.45, baseline 48: SSE2's sixteen registers hold a
 // third of the six sums' 48 lanes and GCC spills the rest (x86-64 without AVX2 predates 2013). On an H100 host's
 // Intel CPU AVX-512 is the fastest too, also against the 32-byte code built for x86-64-v4 (EVEX ymm, no zmm clock
-// penalty to avoid): reports/cpu/2026-11-27-h100-host-compare-kernels-and-ablations.log.
+// penalty to avoid): reports/cpu/2026-11-27-h100-host-compare-kernels-and-ablations.log. Zen 4 runs a zmm operation
+// on two of its four 256-bit pipes, and half of them add: the sum of a e as an FMA (add_product) and the maxima as
+// integer compares (max_of_nonnegative), three operations a step off the adders, took one thread 4.31 -> 3.87 ms at
+// 2^22 and 65.0 -> 61.6 ms at 2^26 for bf16 against fp32, 4.29 -> 3.88 and 68.1 -> 63.4 ms for fp32 (2-core Zen 4,
+// the CI machines' kind; medians of 7 alternating runs of BM_Compare, the same bits). Dropped there: quotients from
+// fp32's correctly rounded 1 / e and one Newton step, no fp64 division: four more fp64 operations a step, 10-15%
+// slower on Zen 4.
 template <typename TA, typename TE, typename TU, typename... Args>
 [[gnu::flatten]] void scan_chunk_baseline(const TA* act, const TE* exp, int64_t begin, int64_t end, Args&... args) {
   ChunkScan<TA, TE, TU, 32>(act, exp, args...).scan(begin, end);
