@@ -809,9 +809,11 @@ class ChunkScan {
 // on two of its four 256-bit pipes, and half of them add: the sum of a e as an FMA (add_product) and the maxima as
 // integer compares (max_of_nonnegative), three operations a step off the adders, took one thread 4.31 -> 3.87 ms at
 // 2^22 and 65.0 -> 61.6 ms at 2^26 for bf16 against fp32, 4.29 -> 3.88 and 68.1 -> 63.4 ms for fp32 (2-core Zen 4,
-// the CI machines' kind; medians of 7 alternating runs of BM_Compare, the same bits). Dropped there: quotients from
-// fp32's correctly rounded 1 / e and one Newton step, no fp64 division: four more fp64 operations a step, 10-15%
-// slower on Zen 4.
+// the CI machines' kind; medians of 7 alternating runs of BM_Compare, the same bits); on an H200 host's Intel CPU no
+// change beyond its noise (reports/cpu/2026-11-27-*-compare-fma-intmax-ab.log). Dropped: quotients without the fp64
+// division, from vrcp14pd refined twice or from fp32's correctly rounded 1 / e and one Newton step: no faster on the
+// Intel hosts, 3% and 5-15% slower on Zen 4 (reports/cpu/2026-11-27-*-refined-quotient-ab.log and the fma-intmax
+// logs).
 template <typename TA, typename TE, typename TU, typename... Args>
 [[gnu::flatten]] void scan_chunk_baseline(const TA* act, const TE* exp, int64_t begin, int64_t end, Args&... args) {
   ChunkScan<TA, TE, TU, 32>(act, exp, args...).scan(begin, end);
