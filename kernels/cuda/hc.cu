@@ -1321,7 +1321,9 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 // mix_post_comb; reports/gpu/2026-11-27-h100-hc-pre-fused-fwd-ablations.log): as is 0.2996 ms; without the MMAs 0.2464
 // (92% of copy, hc_head's level), without the cross-warp sums 0.2885, with a one-stream collapse 0.2754, and with none
 // of the three as without the MMAs alone: the multiply, which the 16 warps run as one burst between the tile's
-// barriers (its tensor work, ~0.5 us of a ~2 us tile, is fixed by fn's three terms), keeps hc_pre below hc_head.
+// barriers (its tensor work, ~0.5 us of a ~2 us tile, is fixed by fn's three terms), keeps hc_pre below hc_head. Two
+// terms (fn at 16 bits) would cut a third of it but fail the mixes' naive_relative(k=2) policy: fn's rounding alone
+// errs 6-8x as much as HF's fp32 composition at V4 dims (reports/analysis/hc_pre_fn_terms.py).
 // A stage is one TMA box as it lands: x viewed as [stream][hidden / 64][token][64] (4-D tensor map, strides in any
 // order), box (64, 16 tokens, Dc / 64, H), 128-byte swizzle: the 16 tokens of a 64-element chunk are 16 lines of
 // 128 bytes, unit u of line r at u ^ (r % 8) (FusedSlice::at). ldmatrix then reads the multiply's A fragments (8 rows
