@@ -813,7 +813,9 @@ class ChunkScan {
 // change beyond its noise (reports/cpu/2026-11-27-*-compare-fma-intmax-ab.log). Dropped: quotients without the fp64
 // division, from vrcp14pd refined twice or from fp32's correctly rounded 1 / e and one Newton step: no faster on the
 // Intel hosts, 3% and 5-15% slower on Zen 4 (reports/cpu/2026-11-27-*-refined-quotient-ab.log and the fma-intmax
-// logs).
+// logs). On the Intel hosts one thread at 2^26 waits on memory, not on its arithmetic: without the software prefetch
+// 20-30% slower, without the |err| counts or the division within noise, prefetching farther ahead no better
+// (reports/cpu/2026-11-27-h200-host-compare-ablations.log).
 template <typename TA, typename TE, typename TU, typename... Args>
 [[gnu::flatten]] void scan_chunk_baseline(const TA* act, const TE* exp, int64_t begin, int64_t end, Args&... args) {
   ChunkScan<TA, TE, TU, 32>(act, exp, args...).scan(begin, end);
