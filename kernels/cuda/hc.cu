@@ -2667,6 +2667,10 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
 // and five stages in the 96 KB freed, 0.836 ms against 0.827 as is, and 0.831 with three
 // (reports/gpu/2026-11-27-h100-hc-pre-fused-bwd-stages-ablation.log): the compute warps' own instructions and HMMA
 // chains (~715 instructions and 84 MMAs a warp and tile, by count of the source) set the pace, not the lookahead.
+// Nor does grad_x's product on wgmma help (fn^T's terms and the tile's coefficients as shared-memory operands, five
+// m64n16k16 a chunk, one chunk in flight beside the previous one's epilogue): x1.16 slower on an H200 (0.806 -> 0.933
+// ms), each chunk waiting on its chain of small wgmma and the coefficients' operand costing a CTA barrier a tile
+// (reports/gpu/2026-11-27-h200-hc-pre-fused-bwd-wgmma-grad-x-ab.log, the patch beside it).
 // Threads: four warpgroups of compute warps and a fifth whose first warp is the finisher (its other three only keep
 // the cluster barrier). 20 warps launch at 96 registers a thread (5 warps a scheduler), where the grad_fn sums
 // spilled 88 bytes; setmaxnreg then moves registers within the CTA's pool, which is what the launch allocated (an
