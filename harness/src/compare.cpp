@@ -366,6 +366,14 @@ template <typename T>
   __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p) + ahead * sizeof(T)));
 }
 
+// prefetch(p + i, ahead) once per 64 bytes of p, where i steps by kLanes (more often, the redundant prefetches of a line
+// cost load slots).
+template <typename T>
+[[gnu::always_inline]] inline void prefetch_line(const T* p, int64_t i, int64_t ahead) {
+  constexpr int64_t kPerLine = std::max<int64_t>(64 / sizeof(T), kLanes);
+  if (i % kPerLine == 0) prefetch(p + i, ahead);
+}
+
 // Counts errors[0, n) into the slot counts, element c into copy c % kErrCopies.
 template <int n>
 [[gnu::always_inline]] inline void count_errors(uint32_t* counts, const double* errors) {
@@ -392,11 +400,6 @@ template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
   U max_mag{}, max_expected{};
   I expected_zero{};
   for (int64_t i = 0; i < n; i += V::kWords) {
-    // The next block's inputs, spread over this loop: the hardware prefetcher alone falls behind while the rest of the
-    // block is computed, and a burst of prefetches at the start of a block stalls it. (Past the end of the tensor they
-    // are harmless: prefetches do not fault.)
-    prefetch(act + i, kBlock);
-    prefetch(exp + i, kBlock);
     const UlpBits<U> a = load_bits<TA, TU, kBytes>(act + i), e = load_bits<TE, TU, kBytes>(exp + i);
     if constexpr (std::is_same_v<TA, c10::BFloat16>) store(b.act_f32 + i, a.sign);
     if constexpr (std::is_same_v<TE, c10::BFloat16>) store(b.exp_f32 + i, e.sign);
@@ -423,6 +426,11 @@ template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
   L e_zero{};
   // kLanes elements from i, a vector of kDoubles at a time: the vector of each sum's lanes it adds to is known here.
   const auto step = [&](int64_t i) {
+    // The next block's inputs, spread over the block's longest loop: the hardware prefetcher alone falls behind while
+    // the block is computed, and a burst of prefetches stalls it (see the note above scan_chunk_baseline). Past the
+    // end of the tensor they are harmless: prefetches do not fault.
+    prefetch_line(act, i, kBlock);
+    prefetch_line(exp, i, kBlock);
 #pragma GCC unroll 8
     for (int part = 0; part < LaneSum<kBytes>::kParts; ++part, i += V::kDoubles) {
       const D av = load_values<D>(act + i, b.act_f32 + i), ev = load_values<D>(exp + i, b.exp_f32 + i);
@@ -815,7 +823,12 @@ class ChunkScan {
 // Intel hosts, 3% and 5-15% slower on Zen 4 (reports/cpu/2026-11-27-*-refined-quotient-ab.log and the fma-intmax
 // logs). On the Intel hosts one thread at 2^26 waits on memory, not on its arithmetic: without the software prefetch
 // 20-30% slower, without the |err| counts or the division within noise, prefetching farther ahead no better
-// (reports/cpu/2026-11-27-h200-host-compare-ablations.log).
+// (reports/cpu/2026-11-27-h200-host-compare-ablations.log). The prefetches were issued in the block's short first loop,
+// so that the L1's few miss buffers sat idle through most of the second; spread over the second loop, once per line
+// (prefetch_line): one thread on Zen 4 bf16 / fp32 at 2^26 61.8 -> 59.4 and 61.6 -> 55.7 ms (4 alternating rounds,
+// bench/cpu_compare_ab.sh); on an H200 host's Intel CPU the same spread at a prefetch per step (up to four per line)
+// took fp32 at 2^26 89.5 -> 78.6 ms and bf16 90.2 -> 93.1 (8 ABBA rounds; its per-line form was not timed there:
+// reports/cpu/2026-11-27-compare-prefetch-in-sums-loop-ab.log).
 template <typename TA, typename TE, typename TU, typename... Args>
 [[gnu::flatten]] void scan_chunk_baseline(const TA* act, const TE* exp, int64_t begin, int64_t end, Args&... args) {
   ChunkScan<TA, TE, TU, 32>(act, exp, args...).scan(begin, end);
