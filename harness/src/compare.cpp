@@ -824,7 +824,7 @@ class ChunkScan {
 // logs). On the Intel hosts one thread at 2^26 waits on memory, not on its arithmetic: without the software prefetch
 // 20-30% slower, without the |err| counts or the division within noise, prefetching farther ahead no better
 // (reports/cpu/2026-11-27-h200-host-compare-ablations.log). The prefetches were issued in the block's short first loop,
-// so that the L1's few miss buffers sat idle through most of the second; spread over the second loop, once per line
+// none through the second, which takes most of the block's time; spread over the second loop, once per line
 // (prefetch_line): one thread on Zen 4 bf16 / fp32 at 2^26 61.8 -> 59.4 and 61.6 -> 55.7 ms (4 alternating rounds,
 // bench/cpu_compare_ab.sh); on an H200 host's Intel CPU the same spread at a prefetch per step (up to four per line)
 // took fp32 at 2^26 89.5 -> 78.6 ms and bf16 90.2 -> 93.1 (8 ABBA rounds; its per-line form was not timed there:
