@@ -5,9 +5,10 @@
 # exit, and the bench rebuilt for B); the two binaries then run ROUNDS times (default 6) in ABBA order, so that neither
 # side always runs second (on an H200 host's Intel CPU one binary under both names ran up to 8% slower second in a
 # pair: reports/cpu/2026-11-27-h200-host-compare-fma-intmax-ab.log). Each round is the median of 3 repetitions; the
-# last lines are each side's median [min-max] over the rounds (ms). Binaries and rounds under ${OUT:-/tmp}/cpu_ab.
+# last lines are each side's median [min-max] over the rounds (ms). Both run pinned to one core (PARITY_AB_CPU, default
+# 1): unpinned on a busy Intel host, rounds swung 78-179 ms. Binaries and rounds under ${OUT:-/tmp}/cpu_ab.
 set -euo pipefail
-[ $# -ge 1 ] || { sed -n '2,8p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,9p' "$0"; exit 2; }
 a=$1 rounds=${2:-6}
 root=$(cd "$(dirname "$0")/.." && pwd)
 build_root=${PARITY_BUILD_ROOT:-${PARITY_HOME:-$HOME/.cache/parity}/build/$(basename "$root")-$(printf '%s' "$root" | sha256sum | cut -c1-12)}
@@ -29,7 +30,7 @@ rm -f "$work"/rounds_[ab].txt
 for r in $(seq "$rounds"); do
   if [ $((r % 2)) = 1 ]; then order="a b"; else order="b a"; fi
   for s in $order; do
-    "$work/bench_$s" --benchmark_filter='BM_Compare/.*/log2:2[26]/threads:1/' --benchmark_repetitions=3 \
+    taskset -c "${PARITY_AB_CPU:-1}" "$work/bench_$s" --benchmark_filter='BM_Compare/.*/log2:2[26]/threads:1/' --benchmark_repetitions=3 \
       --benchmark_report_aggregates_only=true 2>/dev/null | awk '/_median/ { print $1, $2 }' >>"$work/rounds_$s.txt"
   done
 done

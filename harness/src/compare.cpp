@@ -366,8 +366,8 @@ template <typename T>
   __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p) + ahead * sizeof(T)));
 }
 
-// prefetch(p + i, ahead) once per 64 bytes of p, where i steps by kLanes (more often, the redundant prefetches of a line
-// cost load slots).
+// prefetch(p + i, ahead) once per 64 bytes of p, where i steps by kLanes or a vector's words (more often, the redundant
+// prefetches of a line cost load slots).
 template <typename T>
 [[gnu::always_inline]] inline void prefetch_line(const T* p, int64_t i, int64_t ahead) {
   constexpr int64_t kPerLine = std::max<int64_t>(64 / sizeof(T), kLanes);
@@ -413,6 +413,9 @@ template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
     const I d = (I)(a.mag - e.mag);
     const U ulp = (I)(a.sign ^ e.sign) < 0 ? a.mag + e.mag : (U)(d < 0 ? -d : d);
     store(b.ulp + i, ulp);
+    // The next block's 16-bit sides here, the wider ones in the second loop (see the note above scan_chunk_baseline).
+    if constexpr (sizeof(TA) == 2) prefetch_line(act, i, kBlock);
+    if constexpr (sizeof(TE) == 2) prefetch_line(exp, i, kBlock);
     s.max_ulp = vmax(s.max_ulp, ulp);
     if constexpr (sizeof(TU) == 2) {
       s.ulp_low += ulp;
@@ -426,11 +429,11 @@ template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
   L e_zero{};
   // kLanes elements from i, a vector of kDoubles at a time: the vector of each sum's lanes it adds to is known here.
   const auto step = [&](int64_t i) {
-    // The next block's inputs, spread over the block's longest loop: the hardware prefetcher alone falls behind while
-    // the block is computed, and a burst of prefetches stalls it (see the note above scan_chunk_baseline). Past the
-    // end of the tensor they are harmless: prefetches do not fault.
-    prefetch_line(act, i, kBlock);
-    prefetch_line(exp, i, kBlock);
+    // The next block's wider sides, spread over the block's longest loop: the hardware prefetcher alone falls behind
+    // while the block is computed, and a burst of prefetches stalls it (see the note above scan_chunk_baseline). Past
+    // the end of the tensor they are harmless: prefetches do not fault.
+    if constexpr (sizeof(TA) != 2) prefetch_line(act, i, kBlock);
+    if constexpr (sizeof(TE) != 2) prefetch_line(exp, i, kBlock);
 #pragma GCC unroll 8
     for (int part = 0; part < LaneSum<kBytes>::kParts; ++part, i += V::kDoubles) {
       const D av = load_values<D>(act + i, b.act_f32 + i), ev = load_values<D>(exp + i, b.exp_f32 + i);
@@ -823,12 +826,13 @@ class ChunkScan {
 // Intel hosts, 3% and 5-15% slower on Zen 4 (reports/cpu/2026-11-27-*-refined-quotient-ab.log and the fma-intmax
 // logs). On the Intel hosts one thread at 2^26 waits on memory, not on its arithmetic: without the software prefetch
 // 20-30% slower, without the |err| counts or the division within noise, prefetching farther ahead no better
-// (reports/cpu/2026-11-27-h200-host-compare-ablations.log). The prefetches were issued in the block's short first loop,
-// none through the second, which takes most of the block's time; spread over the second loop, once per line
-// (prefetch_line): one thread on Zen 4 bf16 / fp32 at 2^26 61.8 -> 59.4 and 61.6 -> 55.7 ms (4 alternating rounds,
-// bench/cpu_compare_ab.sh); on an H200 host's Intel CPU the same spread at a prefetch per step (up to four per line)
-// took fp32 at 2^26 89.5 -> 78.6 ms and bf16 90.2 -> 93.1 (8 ABBA rounds; its per-line form was not timed there:
-// reports/cpu/2026-11-27-compare-prefetch-in-sums-loop-ab.log).
+// (reports/cpu/2026-11-27-h200-host-compare-ablations.log). Where the prefetches go (once per line, prefetch_line):
+// all in the block's short first loop, none through the second, which takes most of the block's time, left Zen 4's
+// fp32 pairs ~10% slower than all in the second; but there a 16-bit side's slowed the Intel hosts (bf16 against fp32,
+// one thread at 2^26: 87.6 -> 94.4 ms). So a 16-bit side's go in the first loop and a wider side's in the second:
+// Intel bf16 / fp32 at 2^26 87.6 / 88.1 (all in the first) -> 85.2 / 80.3 ms, faster in 10 / 8 of 10 rounds pinned to
+// one core (fp32 pairs ran the same code as all in the second, 84.5 ms: a spread of ~5% between two builds of one
+// path); Zen 4 59.9 / 62.9 -> 60.8 / 56.7 (4 rounds; reports/cpu/2026-11-27-compare-prefetch-in-sums-loop-ab.log).
 template <typename TA, typename TE, typename TU, typename... Args>
 [[gnu::flatten]] void scan_chunk_baseline(const TA* act, const TE* exp, int64_t begin, int64_t end, Args&... args) {
   ChunkScan<TA, TE, TU, 32>(act, exp, args...).scan(begin, end);
