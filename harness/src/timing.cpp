@@ -268,7 +268,11 @@ std::vector<RegionTiming> time_cpu_regions(const std::vector<std::function<void(
   const size_t n = fns.size();
   std::vector<RegionTiming> out(n);
   std::vector<Sampler> samplers(n, Sampler(o));
-  std::vector<std::string> stopped(n);  // why each region first met the stopping rule; "" while it has not
+  // Why each region meets the stopping rule, "" while it does not. Asked again every round, not latched: a region
+  // that met it goes on sampling while another has not, and its later samples move the medians that decide which
+  // earlier ones were taken on a slow host, so its kept count can fall back below min_samples (CpuTimer.
+  // RegionsTimedTogetherTakeTurns on run45's H100 host under ctest -j 16: 9 of at least 15 kept).
+  std::vector<std::string> stopped(n);
   const auto attempt = [&](size_t i, const std::function<void()>& what) {
     try {
       what();
@@ -287,7 +291,7 @@ std::vector<RegionTiming> time_cpu_regions(const std::vector<std::function<void(
     bool going = false;
     for (size_t i = 0; i < n; ++i) {
       if (out[i].error) continue;
-      if (stopped[i].empty()) stopped[i] = samplers[i].stop(share_s);
+      stopped[i] = samplers[i].stop(share_s);
       going |= stopped[i].empty();
     }
     if (!going) break;

@@ -46,9 +46,9 @@ struct RegionTiming {
 
 // CPU regions timed together in rounds, one sample of each in turn with the order rotated every round (asv's rounds,
 // Google Benchmark's random interleaving: harness-practice.md), so that a stretch of slow host falls on all of them
-// alike and eager, the verdicts' control (history.hpp), sees the host the paths saw. Rounds go on for all while any
-// region has not met the stopping rule (each judged on its own samples and its share of the time so far, the time
-// cap being per region). A region that throws leaves the rotation with its exception; the others go on.
+// alike and eager, the verdicts' control (history.hpp), sees the host the paths saw. Rounds go on for all until every
+// region meets the stopping rule in the same round (each judged on all its own samples and its share of the time so
+// far, the time cap being per region). A region that throws leaves the rotation with its exception; the others go on.
 // Throws InputError for bad options.
 std::vector<RegionTiming> time_cpu_regions(const std::vector<std::function<void()>>& fns, const TimingOptions& o = {});
 
