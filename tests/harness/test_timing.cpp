@@ -112,6 +112,19 @@ TEST(Sampler, MinSamplesCountsOnlyKeptSamples) {
   EXPECT_EQ(s.result("cpu").dropped_throttled, 1);
 }
 
+// What was kept is judged again with every sample: once most samples come from a faster host, those kept at its old
+// speed count as slow, and a sampler that had met the rule no longer does (why time_cpu_regions asks every round).
+TEST(Sampler, LaterSamplesCanTakeBackAStop) {
+  Sampler s(options(10, 300, 0.01, 100));
+  for (int i = 0; i < 10; ++i) s.add(1.0, 0, 20.0);
+  EXPECT_EQ(s.stop(0), "noise");
+  for (int i = 0; i < 12; ++i) s.add(1.0, 0, 10.0, /*preempted=*/i % 3 == 0);
+  const Timing t = s.result("cpu");
+  EXPECT_EQ(t.n, 8);
+  EXPECT_EQ(t.dropped_throttled, 14);
+  EXPECT_EQ(s.stop(0), "");
+}
+
 TEST(Sampler, StopsOnceTheNoiseEstimateSettles) {
   // Evenly spread samples on [1, 2): the noise stays near 1/3, far above the target, but more samples no longer
   // change it.
