@@ -30,8 +30,8 @@ rm -f "$work"/rounds_[ab].txt
 for r in $(seq "$rounds"); do
   if [ $((r % 2)) = 1 ]; then order="a b"; else order="b a"; fi
   for s in $order; do
-    taskset -c "${PARITY_AB_CPU:-1}" "$work/bench_$s" --benchmark_filter='BM_Compare/.*/log2:2[26]/threads:1/' --benchmark_repetitions=3 \
-      --benchmark_report_aggregates_only=true 2>/dev/null | awk '/_median/ { print $1, $2 }' >>"$work/rounds_$s.txt"
+    taskset -c "${PARITY_AB_CPU:-1}" "$work/bench_$s" --benchmark_filter='BM_Compare/.*/log2:2[26]/threads:1/' \
+      --benchmark_repetitions=3 --benchmark_report_aggregates_only=true 2>/dev/null | awk '/_median/ { print $1, $2 }' >>"$work/rounds_$s.txt"
   done
 done
 python3 - "$work" <<'EOF'
