@@ -46,7 +46,9 @@ off the check, one more in the advance): 1.5% slower (both in reports/gpu/2026-1
 cells found by shifts where every cell is 2^r x 2^c (no shared load in the advance or the check): 0.6-0.8% faster, not
 worth a second path (reports/gpu/2026-11-27-h200-comparator-pow2-cells-ab.log). The errors' key with the low words' or
 (bar_of), so that errors equal to the largest are not offered again (offer() had run for 3.8% of the warps' vectors):
-2.376-2.401 -> 2.355-2.375 ms (reports/gpu/2026-11-27-h200-comparator-tie-key-ab.log).
+2.376-2.401 -> 2.355-2.375 ms (reports/gpu/2026-11-27-h200-comparator-tie-key-ab.log). Dropped: blocks of 320
+threads (5 warps a scheduler, where ptxas gives bf16 pairs 96 registers and spills 20 bytes): 2.356-2.370 -> 2.450-2.466
+ms, x1.04 (reports/gpu/2026-11-28-h200-comparator-320-threads-ab.log): more warps do not make up for the registers.
 Measured (H100, bench/compare_cuda_timing.cu, 2^30 bf16 pairs, scan + merge + first): 2.62 ms, 1.88x a read of both,
 flat or as [2^18, 4096] (A/B in one process each step, results hashes unchanged: 2.07x before the 32-bit coordinates and
 offsets with the magnitude-based finiteness, 2.01x after them, 1.88x with the straight-line eight; the 64-bit
