@@ -92,7 +92,10 @@ percentages are one-pass bytes over time, against the copy rate):
   hc_head fwd 5.01, fwd+bwd 16.6.
 H200 (copy 4.24 TB/s), same shape, at aa40574 (standalone): hc_post fwd 0.313 ms (91%), bwd 0.570 (78%); hc_pre fwd
 0.540 (30%), bwd 1.363 (21%: reduce 0.166, token 0.102, dx_dfn 1.076, sums 0.020); hc_head fwd 0.406 (39%), bwd
-0.574 (50%: dx_dfn 0.388 = 74%).
+0.574 (50%: dx_dfn 0.388 = 74%). At 4d12bda (`parity run --perf`, run46, copy 4.25 TB/s): hc_post fwd 0.313 ms
+(91%), bwd 0.570 (78%); hc_pre fwd 0.299 (53%), bwd 0.712 (40%); hc_head fwd 0.228 (69%), bwd 0.456 (62%). hc_pre's
+forward and hc_head's backward take the H100's time (0.301 and 0.453 ms in run45), hc_head's forward nearly (0.235):
+with 41% more copy rate than the H100, the H200 leaves them bound by their instructions.
 */
 #include "kernels/cuda/hc.cuh"
 
