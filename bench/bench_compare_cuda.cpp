@@ -2,7 +2,9 @@
 // its reference), next to a kernel that only reads both (compare_cuda::launch_read_both: 16-byte loads, one word
 // written per block). Both are timed with CUDA events on the current stream (manual time), the read in every
 // iteration beside the compare, so that the x_read counter (compare time / read time) sees the same clocks.
-// compare() is timed whole: the scan, the merge of the blocks' totals, the first mismatches, the copy to the host.
+// compare() is timed whole: the scan, the merge of the blocks' totals, the first mismatches, the copy to the host
+// (all but the kernels: 20-40 us a call on an H100, so 1.5% at 2^30 and a quarter at 2^26;
+// reports/gpu/2026-11-28-h100-compare-call-parts.log).
 // The requirement: x_read <= 2 at 2^30 (all metrics and the ULP histogram in one pass within twice a read of both).
 // Registered only where a CUDA device is present.
 #include "harness/cuda/compare.cuh"
