@@ -2670,6 +2670,11 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
 // and five stages in the 96 KB freed, 0.836 ms against 0.827 as is, and 0.831 with three
 // (reports/gpu/2026-11-27-h100-hc-pre-fused-bwd-stages-ablation.log): the compute warps' own instructions and HMMA
 // chains (~715 instructions and 84 MMAs a warp and tile, by count of the source) set the pace, not the lookahead.
+// What those MMAs cost at best (bench/mma_sync_rate.cu, H100: a warp issues one no closer than ~16 cycles apart, a
+// sub-partition one every ~6.3 cycles): 2117 cycles of a sub-partition's tensor pipe a tile, 34% of the 6280 cycles
+// (1980 MHz) a tile has if the whole backward is to take 75% of the copy rate, beside ~46% for the other
+// instructions; it takes ~10.2K now (reports/gpu/2026-11-28-h100-mma-sync-rate.log). So the target needs the two
+// overlapped almost fully, across warps in different phases of different tiles (warp-specialised).
 // Nor does grad_x's product on wgmma help (fn^T's terms and the tile's coefficients as shared-memory operands, five
 // m64n16k16 a chunk, one chunk in flight beside the previous one's epilogue): x1.16 slower on an H200 (0.806 -> 0.933
 // ms), each chunk waiting on its chain of small wgmma and the coefficients' operand costing a CTA barrier a tile
