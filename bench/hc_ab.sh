@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# bench/hc_ab.sh A B [RUNS] [-- ARGS]: an A/B of two versions of kernels/cuda/hc.cu on the device machine, the method
-# of reports/gpu/2026-11-22-h200-standalone-ab.json. A and B are each a git revision or a directory holding an hc.cu
-# and hc.cuh. bench/hc_cuda_timing.cu is built against each (see checkout), then the two binaries run alternately
-# RUNS times each (default 3; ARGS go to every run: tokens hc hidden), so that both see the same machine; each run
+# bench/hc_ab.sh A B [C ...] [RUNS] [-- ARGS]: an A/B of two or more versions of kernels/cuda/hc.cu on the device
+# machine, the method of reports/gpu/2026-11-22-h200-standalone-ab.json. Each version is a git revision or a directory
+# holding an hc.cu and hc.cuh. bench/hc_cuda_timing.cu is built against each (see checkout), then the binaries run in
+# turn RUNS times each (default 3; ARGS go to every run: tokens hc hidden), so that all see the same machine; each run
 # prints its table and the output hashes (same hash = same bits). Last, per kernel row, the median over the runs of
-# A and of B, and B/A. Logs and binaries under ${OUT:-/tmp}/hc_ab.
+# every version, and each version's over A's. Logs and binaries under ${OUT:-/tmp}/hc_ab (version i in v<i>).
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n '2,8p' "$0"; exit 2; }
-a=$1 b=$2
-shift 2
+[ $# -ge 2 ] || { sed -n '2,7p' "$0"; exit 2; }
+versions=()
+while [ $# -gt 0 ] && [ "$1" != "--" ] && ! [[ $1 =~ ^[0-9]+$ ]]; do versions+=("$1"); shift; done
+[ ${#versions[@]} -ge 2 ] || { sed -n '2,7p' "$0"; exit 2; }
 runs=3
 if [ $# -gt 0 ] && [ "$1" != "--" ]; then runs=$1; shift; fi
 [ "${1:-}" = "--" ] && shift
@@ -35,28 +36,30 @@ checkout() {
   done
 }
 
-for side in a b; do
-  version=${!side}
-  checkout "$version" "$work/$side"
-  nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a -I"$work/$side" \
-    "$work/$side/bench/hc_cuda_timing.cu" "$work/$side/kernels/cuda/hc.cu" -o "$work/$side/hct"
+builds=()
+for i in "${!versions[@]}"; do
+  checkout "${versions[$i]}" "$work/v$i"
+  nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a -I"$work/v$i" \
+    "$work/v$i/bench/hc_cuda_timing.cu" "$work/v$i/kernels/cuda/hc.cu" -o "$work/v$i/hct" &
+  builds+=($!)
 done
+for b in "${builds[@]}"; do wait "$b"; done
 
 for r in $(seq "$runs"); do
-  for side in a b; do
-    echo "== run $r, $side (${!side})"
-    "$work/$side/hct" "$@" | tee "$work/$side.run$r.log"
+  for i in "${!versions[@]}"; do
+    echo "== run $r, v$i (${versions[$i]})"
+    "$work/v$i/hct" "$@" | tee "$work/v$i.run$r.log"
   done
 done
 
 # Rows are "%-36s %10.4f ...": the kernel's name in the first 36 columns, then its median ms.
-for side in a b; do
+for i in "${!versions[@]}"; do
   for r in $(seq "$runs"); do
-    awk -v s="$side" 'length($0) > 47 && substr($0, 37, 11) ~ /^ *[0-9]+\.[0-9]+$/ {
+    awk -v s="$i" 'length($0) > 47 && substr($0, 37, 11) ~ /^ *[0-9]+\.[0-9]+$/ {
       name = substr($0, 1, 36); sub(/ +$/, "", name); print s "\t" name "\t" substr($0, 37, 11) + 0 }' \
-      "$work/$side.run$r.log"
+      "$work/v$i.run$r.log"
   done
-done | sort -t$'\t' -k2,2 -k1,1 -k3,3n | awk -F'\t' -v a="$a" -v b="$b" '
+done | sort -t$'\t' -k2,2 -k1,1n -k3,3n | awk -F'\t' -v names="${versions[*]}" '
   function median(side, key,   n) {
     n = count[side, key]
     if (n % 2) return v[side, key, (n + 1) / 2]
@@ -64,9 +67,17 @@ done | sort -t$'\t' -k2,2 -k1,1 -k3,3n | awk -F'\t' -v a="$a" -v b="$b" '
   }
   { v[$1, $2, ++count[$1, $2]] = $3; if (!($2 in seen)) { seen[$2] = 1; order[++rows] = $2 } }
   END {
-    printf "\n%-36s %10s %10s %8s   (medians over runs; A = %s, B = %s)\n", "kernel", "A ms", "B ms", "B/A", a, b
+    k = split(names, name, " ")
+    printf "\n%-36s", "kernel (medians over runs, ms)"
+    for (s = 0; s < k; ++s) printf " %10s", "v" s
+    for (s = 1; s < k; ++s) printf " %8s", "v" s "/v0"
+    printf "\n"
     for (i = 1; i <= rows; ++i) {
-      k = order[i]; ma = median("a", k); mb = median("b", k)
-      printf "%-36s %10.4f %10.4f %8.3f\n", k, ma, mb, (ma > 0 ? mb / ma : 0)
+      key = order[i]; a = median(0, key)
+      printf "%-36s", key
+      for (s = 0; s < k; ++s) printf " %10.4f", median(s, key)
+      for (s = 1; s < k; ++s) printf " %8.3f", (a > 0 ? median(s, key) / a : 0)
+      printf "\n"
     }
+    for (s = 0; s < k; ++s) printf "v%d = %s\n", s, name[s + 1]
   }'

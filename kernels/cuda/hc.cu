@@ -76,7 +76,8 @@ percentages are one-pass bytes over time, against the copy rate):
           but the finisher (480 threads, 256 before): 0.3026 -> 0.3011 ms hot (medians of 6 alternating runs, the
           same bits; `parity run --perf` 0.2994 ms, 75.1%: run31, and 74.5-75.6% in three repeats); mix_post_comb's
           range check once after the Sinkhorn, post_comb 0.0121 -> 0.0114 ms (`parity run --perf` 0.2952-0.2979 ms,
-          75.1-75.8%, three runs on one machine)
+          75.1-75.8%, three runs on one machine); the summing and finisher warps' fp64 sums by fours
+          (sum_by_fours) 0.2985 -> 0.2942 ms (3 alternating runs, the same bits)
   hc_pre  bwd 1.498 ms (27%: reduce 0.227 = 99%, token 0.108, dx_dfn 1.151, sums 0.020); with dx_dfn on the tensor
           cores (mix_bwd_dx_dfn_mma) 0.839 ms (48%: dx_dfn 1.094 -> 0.488 ms, 84% of the copy rate on its own bytes;
           A/B in one process, bench/hc_ab.sh, 3 runs each); with divide_lines and hc a template parameter of the
@@ -1485,6 +1486,24 @@ __device__ __forceinline__ void split_terms(float w0, float w1, uint32_t (&out)[
   }
 }
 
+// term(0) + ... + term(15) in fp64, in a fixed order with a chain of five dependent adds rather than sixteen: four runs
+// of four terms in order, then (r0 + r1) + (r2 + r3). The fused forward's sums over warps and over CTAs are on the
+// per-tile chain of the summing and finisher warps; in index order they cost hc_pre's forward 1.2-1.4% (H100, V4 dims:
+// 0.2985 -> 0.2942 ms, 3 runs each; H200 0.3008 -> 0.2955), the same bits on the timing's data (each sum there is
+// exact in fp64: terms of a few tens of significant bits and alike in magnitude;
+// reports/gpu/2026-11-28-h100-fused-fwd-sums-by-fours-ab.log).
+template <typename Term>
+__device__ __forceinline__ double sum_by_fours(Term&& term) {
+  double run[4];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    run[r] = 0;
+#pragma unroll
+    for (int i = 4 * r; i < 4 * r + 4; ++i) run[r] += term(i);
+  }
+  return (run[0] + run[1]) + (run[2] + run[3]);
+}
+
 struct FusedArgs {
   MixFwdArgs m;
   bf16* y;  // the collapse's output; hidden is the kernel's BPW * kFusedHidden
@@ -1603,8 +1622,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
     }
   };
 
-  // 2b. CTA `rank` finishes token `rank` of tile n (one warp), once every CTA's partial row is in: the rows in rank
-  // order, in fp64, then the mixes, pre, and pre into every CTA's spre[n % kPreSlots]. The gpart slot is armed for
+  // 2b. CTA `rank` finishes token `rank` of tile n (one warp), once every CTA's partial row is in: the rows summed
+  // by fours in rank order (sum_by_fours), in fp64, then the mixes, pre, and pre into every CTA's spre[n % kPreSlots]. The gpart slot is armed for
   // its next tile, n + 2, whose rows no CTA sends before X(n + 1): after these reads.
   auto finish_token = [&](int64_t n) {
     mbar_wait<true>(rows_in + (n & 1), unsigned(n >> 1) & 1);
@@ -1614,7 +1633,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
     float r = 0.f;
     static_assert(NC <= 32, "a lane per column");
     if (lane < NC) {
-      for (int c = 0; c < kFusedCluster; ++c) sum += gpart[((n & 1) * kFusedCluster + c) * NC + lane];
+      static_assert(kFusedCluster == 16, "sum_by_fours");
+      sum = sum_by_fours([&](int c) { return gpart[((n & 1) * kFusedCluster + c) * NC + lane]; });
       if (lane == NC - 1) r = rms_scale(sum, K, a.rms_eps);
     }
     r = __shfl_sync(~0u, r, NC - 1);
@@ -1701,16 +1721,20 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
     else
       named_bar_arrive(gathered, kFusedThreads);
     if (n > 0) cluster_wait();  // X(n-1): every CTA is past its reads of the slots written next
-    // 2a. Warps in order, in fp64: this CTA's partial row of token `row`, sent to CTA `row` (remote stores do not
+    // 2a. The warps' partials by fours (sum_by_fours), in fp64: this CTA's partial row of token `row`, sent to CTA `row` (remote stores do not
     // wait; remote loads the other way round cost latency and registers).
     static_assert(kFusedTM == kFusedCluster, "CTA r finishes token r of the tile");
     if (tid < kSumThreads) {
-      for (int v = tid; v < kFusedTM * NC; v += kSumThreads) {
+      // Both of a thread's sums at once (hc_pre: 400 over 224 threads), every load ahead of the adds.
+      static_assert(kFusedWarps == 16, "sum_by_fours");
+#pragma unroll
+      for (int i = 0; i < (kFusedTM * NC + kSumThreads - 1) / kSumThreads; ++i) {
+        const int v = tid + i * kSumThreads;
+        if (v >= kFusedTM * NC) break;
         const int row = v / NC, col = v % NC;
-        double sum = 0;
-#pragma unroll  // every load ahead of the chain of adds (unrolled by 4: hc_pre 0.352 -> 0.327 ms, the same bits)
-        for (int w = 0; w < kFusedWarps; ++w)
-          sum += col < 8 * NT ? double(wd[(w * kFusedTM + row) * 8 * NT + col]) : ws[w * kFusedTM + row];
+        const double sum = sum_by_fours([&](int w) {
+          return col < 8 * NT ? double(wd[(w * kFusedTM + row) * 8 * NT + col]) : ws[w * kFusedTM + row];
+        });
         st_async(cluster_addr(gpart + ((n & 1) * kFusedCluster + rank) * NC + col, row), sum,
                  cluster_addr(rows_in + (n & 1), row));
       }
