@@ -1489,9 +1489,9 @@ __device__ __forceinline__ void split_terms(float w0, float w1, uint32_t (&out)[
 // term(0) + ... + term(15) in fp64, in a fixed order with a chain of five dependent adds rather than sixteen: four runs
 // of four terms in order, then (r0 + r1) + (r2 + r3). The fused forward's sums over warps and over CTAs are on the
 // per-tile chain of the summing and finisher warps; in index order they cost hc_pre's forward 1.2-1.4% (H100, V4 dims:
-// 0.2985 -> 0.2942 ms, 3 runs each; H200 0.3008 -> 0.2955), the same bits on the timing's data (each sum there is
-// exact in fp64: terms of a few tens of significant bits and alike in magnitude;
-// reports/gpu/2026-11-28-h100-fused-fwd-sums-by-fours-ab.log).
+// 0.2985 -> 0.2942 ms, 3 runs each; H200 0.3008 -> 0.2955), with the same output hashes on the timing's data (the
+// partials are alike in magnitude, so their fp64 sums rarely round; reports/gpu/2026-11-28-h100-fused-fwd-sums-by-
+// fours-ab.log).
 template <typename Term>
 __device__ __forceinline__ double sum_by_fours(Term&& term) {
   double run[4];
@@ -1623,8 +1623,9 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
   };
 
   // 2b. CTA `rank` finishes token `rank` of tile n (one warp), once every CTA's partial row is in: the rows summed
-  // by fours in rank order (sum_by_fours), in fp64, then the mixes, pre, and pre into every CTA's spre[n % kPreSlots]. The gpart slot is armed for
-  // its next tile, n + 2, whose rows no CTA sends before X(n + 1): after these reads.
+  // by fours in rank order (sum_by_fours), in fp64, then the mixes, pre, and pre into every CTA's
+  // spre[n % kPreSlots]. The gpart slot is armed for its next tile, n + 2, whose rows no CTA sends before X(n + 1):
+  // after these reads.
   auto finish_token = [&](int64_t n) {
     mbar_wait<true>(rows_in + (n & 1), unsigned(n >> 1) & 1);
     if (lane == 0) mbar_expect_bytes(rows_in + (n & 1), kRowBytes);
@@ -1721,8 +1722,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
     else
       named_bar_arrive(gathered, kFusedThreads);
     if (n > 0) cluster_wait();  // X(n-1): every CTA is past its reads of the slots written next
-    // 2a. The warps' partials by fours (sum_by_fours), in fp64: this CTA's partial row of token `row`, sent to CTA `row` (remote stores do not
-    // wait; remote loads the other way round cost latency and registers).
+    // 2a. The warps' partials by fours (sum_by_fours), in fp64: this CTA's partial row of token `row`, sent to CTA
+    // `row` (remote stores do not wait; remote loads the other way round cost latency and registers).
     static_assert(kFusedTM == kFusedCluster, "CTA r finishes token r of the tile");
     if (tid < kSumThreads) {
       // Both of a thread's sums at once (hc_pre: 400 over 224 threads), every load ahead of the adds.
