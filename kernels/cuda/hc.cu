@@ -77,7 +77,8 @@ percentages are one-pass bytes over time, against the copy rate):
           same bits; `parity run --perf` 0.2994 ms, 75.1%: run31, and 74.5-75.6% in three repeats); mix_post_comb's
           range check once after the Sinkhorn, post_comb 0.0121 -> 0.0114 ms (`parity run --perf` 0.2952-0.2979 ms,
           75.1-75.8%, three runs on one machine); the summing and finisher warps' fp64 sums by fours
-          (sum_by_fours) 0.2985 -> 0.2942 ms (3 alternating runs, the same bits)
+          (sum_by_fours) 0.2985 -> 0.2942 ms (3 alternating runs, the same bits; `parity run --perf` 0.2966 ms,
+          75.8%: run47)
   hc_pre  bwd 1.498 ms (27%: reduce 0.227 = 99%, token 0.108, dx_dfn 1.151, sums 0.020); with dx_dfn on the tensor
           cores (mix_bwd_dx_dfn_mma) 0.839 ms (48%: dx_dfn 1.094 -> 0.488 ms, 84% of the copy rate on its own bytes;
           A/B in one process, bench/hc_ab.sh, 3 runs each); with divide_lines and hc a template parameter of the
