@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <iostream>
+#include <map>
 #include <unistd.h>
 
 namespace parity::cli {
@@ -81,6 +82,14 @@ Command add_run(CLI::App& app) {
             for (const auto& r : results) counts[int(r.status)]++;
             std::cout << fmt::format("\nparity: {} passed, {} failed, {} skipped, {} errors\n", counts[0], counts[1],
                                      counts[2], counts[3]);
+            // A case passes on its variants that ran: say which did not, so that a CPU machine's "passed" is not
+            // read as covering CUDA.
+            std::map<std::string, int> skipped;
+            for (const auto& r : results)
+              for (const auto& v : r.variants)
+                if (v.status == Status::skip) ++skipped[v.skip_reason];
+            for (const auto& [reason, n] : skipped)
+              std::cout << fmt::format("parity: {} variant run{} skipped ({})\n", n, n == 1 ? "" : "s", reason);
             return exit_code(results);
           }};
 }
