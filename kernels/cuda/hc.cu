@@ -126,6 +126,13 @@ constexpr int H4 = kMaxHc;
 // A 32-bit word holds two bf16 (the lower address in the low half): widening is a shift or a mask.
 __device__ __forceinline__ float bf_lo(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+// The bf16 in half `half` of w, in fp64: one conversion from the register's half (F2F.F64.BF16), where
+// double(bf_lo(w)) takes a shift or a mask before its F2F.
+__device__ __forceinline__ double bf_f64(uint32_t w, int half) {
+  double d;
+  asm("cvt.f64.bf16 %0, %1;" : "=d"(d) : "h"(static_cast<unsigned short>(w >> (16 * half))));
+  return d;
+}
 __device__ __forceinline__ uint32_t pack_bf2(float lo, float hi) {
   uint32_t w;  // one cvt: the first source goes to the upper half (PTX ISA, cvt.rn.bf16x2.f32)
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
@@ -2417,7 +2424,12 @@ bool dx_dfn_mma_ready() {
 // a. Row `row`'s sums over a stage of this CTA's slice (x's streams, then g_y's one, FusedSlice<BPW>'s layout): sum x^2
 //    and <g_y, x_h>, fp64 from exact products as mix_bwd_reduce, by RT lanes (an aligned group of the warp), lane j of
 //    the group taking units j, j + RT, ... of g_y's slice and the same positions of every stream. Returns partial row
-//    entry j (sum x^2, then <g_y, x_h>) in lane j < 1 + H4 of the group.
+//    entry j (sum x^2, then <g_y, x_h>) in lane j < 1 + H4 of the group. Each bf16 widens by bf_f64 (hc_head's
+//    block: 310 -> 230 instructions): hc_head's fused backward 0.4587-0.4640 -> 0.4531-0.4569 ms (H100, V4 dims,
+//    bench/hc_ab.sh, 3 runs each, the same hashes; reports/gpu/2026-11-28-h100-bf16-widen-ab.log). The same widening in
+//    mix_bwd_reduce (its loop 389 -> 263 instructions) made that read slower, for a reason the A/B does not show:
+//    hc_head's 0.229 -> 0.243 ms (it runs at 98% of copy: bound by memory, not by its instructions), hc_pre's 0.266 ->
+//    0.268. It keeps fp32 values there.
 template <int BPW, int RT>
 __device__ __forceinline__ double fused_row_sums(const unsigned char* stage, int row, int j) {
   using Sl = FusedSlice<BPW>;
@@ -2435,9 +2447,9 @@ __device__ __forceinline__ double fused_row_sums(const unsigned char* stage, int
       const uint32_t xw[4] = {x4.x, x4.y, x4.z, x4.w};
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const double x0 = bf_lo(xw[e]), x1 = bf_hi(xw[e]);
+        const double x0 = bf_f64(xw[e], 0), x1 = bf_f64(xw[e], 1);
         ss = fma(x0, x0, ss), ss = fma(x1, x1, ss);
-        gp[h] = fma(double(bf_lo(gw[e])), x0, gp[h]), gp[h] = fma(double(bf_hi(gw[e])), x1, gp[h]);
+        gp[h] = fma(bf_f64(gw[e], 0), x0, gp[h]), gp[h] = fma(bf_f64(gw[e], 1), x1, gp[h]);
       }
     }
   }
