@@ -2702,10 +2702,12 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
 // (reports/gpu/2026-11-27-h100-hc-pre-bwd-chain.log, 2026-11-27-h100-dx-dfn-mma-three-ctas-ab.log, the patches
 // beside them). Ablations (H100, reports/gpu/2026-11-27-h100-hc-pre-fused-bwd-ablations.log; comb_bwd + this + sums
 // 0.826 ms): without the row sums 0.801, without grad_fn's MMAs 0.759, without grad_x's 0.739, without the finisher's
-// gate backward 0.752, and with none of them (the loads, exchange and stores alone) 0.500 ms, against the 0.513 that
-// 75% of the copy rate allows: here the compute would have to hide entirely under the data movement. Nor is the
-// three-stage ring what keeps it from hiding: with fn's fragments made up in registers (no shared memory, no loads)
-// and five stages in the 96 KB freed, 0.836 ms against 0.827 as is, and 0.831 with three
+// gate backward 0.752, and with none of them (the loads, exchange and stores alone) 0.500 ms, against the 0.54 that
+// 75% of the copy rate allows (1.217 GB at 75% of 2975-3000 GB/s; `parity run --perf` counts 1.2174 GB, 0.540 ms at
+// run48's 3007 GB/s): here the compute could add at most ~0.04 ms over the data movement, or ~0.1 ms with comb_bwd
+// (0.055) hidden in the kernel and the sums (0.021) folded into it. Nor is the three-stage ring what keeps it from
+// hiding: with fn's fragments made up in registers (no shared memory, no loads) and five stages in the 96 KB freed,
+// 0.836 ms against 0.827 as is, and 0.831 with three
 // (reports/gpu/2026-11-27-h100-hc-pre-fused-bwd-stages-ablation.log): the compute warps' own instructions and HMMA
 // chains (~715 instructions and 84 MMAs a warp and tile, by count of the source) set the pace, not the lookahead.
 // What those MMAs cost at best (bench/mma_sync_rate.cu, H100: a warp issues one no closer than ~16 cycles apart, a
