@@ -1905,7 +1905,10 @@ __global__ void __launch_bounds__(512) mix_post_comb_quad_kernel(MixFwdArgs a) {
 // a constant) the grid's first blocks run PreKind::comb_backward instead, a thread per token on half their warps (so
 // that they spread over the SMs): the Sinkhorn backward needs neither x nor g_y, and its ~40 us chain per thread runs
 // under the read rather than after it. It takes issue slots from the read's DFMAs: H100, V4 dims, reduce 0.227 ->
-// 0.263 ms and token 0.066 -> 0.020 ms, the backward 0.797 -> 0.780 ms (0.076 -> 0.067 at 257 tokens).
+// 0.263 ms and token 0.066 -> 0.020 ms, the backward 0.797 -> 0.780 ms (0.076 -> 0.067 at 257 tokens). Of those
+// 0.036 ms the Sinkhorn stages' 82 MB through the workspace are ~0.009: with every stage aliased to one slot (wrong
+// gradients, timing only) reduce 0.2636 -> 0.2547 ms; stored with L2 evict_last and read with evict_first hints, no
+// change (0.2640; H100, reports/gpu/2026-11-28-h100-token-warp-stage-hints-ab.log). The rest is issue slots.
 constexpr int kCombTokensPerBlock = 128;
 
 template <typename T, int V, int HC>
@@ -1961,7 +1964,10 @@ __global__ void __launch_bounds__(256) mix_bwd_reduce_kernel(const T* __restrict
 }
 
 // Per token, one thread each. Compiled per hc: with H a constant, the loops over the Sinkhorn matrix have no run-time
-// guard, which would make every division of a line a branch of its own (H100, V4 dims: 0.106 ms with them).
+// guard, which would make every division of a line a branch of its own (H100, V4 dims: 0.106 ms with them). A warp
+// per token instead (bwd_token_warp, the finishers' version: the same rows bit for bit, one function fewer) was slower
+// on an H100 at V4 dims: hc_pre 0.0203 -> 0.0230 ms, hc_head 0.0091 -> 0.0121 (3 runs of bench/hc_ab.sh;
+// reports/gpu/2026-11-28-h100-token-warp-stage-hints-ab.log): 32x the warps, each with 72 fp64 shuffles a token.
 template <class Kind, int HC>
 __global__ void __launch_bounds__(128) mix_bwd_token_kernel(MixBwdTokenArgs a) {
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
