@@ -21,9 +21,9 @@ H = 4 instantiation (ptxas, sm_90a):
   mix_post_comb<H>             post and comb (Sinkhorn) from the mixes, after mix_fused_fwd    thread/token 47 reg
   mix_post_comb_quad           the same at hc 4, a thread per line, shuffles transposing    4 threads/token 26 reg
   mix_bwd_reduce<H>            per token: sum x^2 and g_pre_h = <g_y, x_h> (fp64 sums); hc_pre: its first
-                               blocks run the Sinkhorn backward meanwhile (forward recomputed, stages kept
-                               in a global workspace; its divisions share a reciprocal per line:
-                               divide_lines)                       warp/token, Sinkhorn thread/token 96 reg
+                               blocks run the Sinkhorn backward meanwhile (forward recomputed; its divisions
+                               share a reciprocal per line: divide_lines; at hc 4 by quads from checkpoints,
+                               comb_backward_quad)          warp/token, Sinkhorn 4 threads/token 122 reg
   mix_bwd_token<Pre|Head, H>   per token: sigmoid backward -> coefficients of the linear+norm backward
                                                                                              thread/token 44 reg
   mix_bwd_dx_dfn               grad_x = r g_mix @ fn - c x + pre_h g_y (one rounding) and per-split
@@ -33,8 +33,8 @@ H = 4 instantiation (ptxas, sm_90a):
                                mma.sync (coef, fn split into bf16 terms); a CTA owns 64 hidden positions
                                of all streams, tiles of 16 tokens through a 4-stage cp.async ring
                                                                                      128 reg, 49 KB dyn smem
-  mix_comb_bwd<H>              hc_pre's Sinkhorn backward alone (PreKind::comb_backward), before mix_fused_bwd_mma
-                                                                                             thread/token 106 reg
+  mix_comb_bwd<H>              hc_pre's Sinkhorn backward alone (PreKind::comb_backward; at hc 4
+                               comb_backward_quad), before mix_fused_bwd_mma         4 threads/token 80 reg
   mix_fused_bwd_mma            hc_pre's backward in one pass (hidden 4096): mix_fused_bwd's cluster with
                                dx_dfn_mma's products; 16 compute warps at 104 registers and a fifth warpgroup
                                (the finisher) at 64 (setmaxnreg); correct but slower than the two passes, so
@@ -83,7 +83,9 @@ percentages are one-pass bytes over time, against the copy rate):
           cores (mix_bwd_dx_dfn_mma) 0.839 ms (48%: dx_dfn 1.094 -> 0.488 ms, 84% of the copy rate on its own bytes;
           A/B in one process, bench/hc_ab.sh, 3 runs each); with divide_lines and hc a template parameter of the
           token kernel 0.795 ms (51%: token 0.113 -> 0.067 ms; 0.099 -> 0.043 at 257 tokens, a single thread's chain);
-          with the Sinkhorn backward beside the reduce 0.780 ms (52%)
+          with the Sinkhorn backward beside the reduce 0.780 ms (52%); that Sinkhorn by quads from register
+          checkpoints (comb_backward_quad) 0.7757 -> 0.7680 ms (reduce 0.2641 -> 0.2564; bench/hc_ab.sh, 5 runs
+          each, the same bits; reports/gpu/2026-11-28-h100-comb-bwd-quad-ab.log)
   hc_head fwd 0.453 ms (50%), fused with TMA + ldmatrix 0.358 ms (62%), st.async 0.258 ms (87%; `parity run
           --perf` 0.243 ms, 92%), two slots of warp partials 0.241 -> 0.237 (`parity run --perf` 0.238 ms, 94%), fn
           before the ring (see hc_pre) 0.2370 -> 0.2336 (`parity run --perf` 0.2351 ms, 95%);
@@ -532,7 +534,7 @@ __device__ __forceinline__ void softmax_rows(Mat& c, int H) {
 
 // The line sums of c (plus eps), in order along each line.
 template <bool ByColumn>
-__device__ __forceinline__ void line_sums(Mat& c, int H, float eps, float (&den)[H4]) {
+__device__ __forceinline__ void line_sums(const Mat& c, int H, float eps, float (&den)[H4]) {
 #pragma unroll
   for (int l = 0; l < H4; ++l) {
     if (l >= H) break;
@@ -557,20 +559,19 @@ __device__ __forceinline__ void normalise(Mat& c, int H, float eps, bool by_colu
   else normalise_lines<false>(c, H, eps);
 }
 
-// The backward of normalise_lines: each line's y = u / (sum u + eps) takes dy to du = (dy - <dy, y>) / (sum u + eps),
-// with y recomputed from u exactly as the forward did. g holds dy on entry, du on return.
+// The backward of normalise_lines: each line's y = u / (sum u + eps) takes dy to du = (dy - <dy, y>) / (sum u + eps).
+// y is the forward's own output (the next stage), so only the sums are formed again. g holds dy on entry, du on return.
 template <bool ByColumn>
-__device__ __forceinline__ void normalise_lines_backward(Mat& u, Mat& g, int H, float eps) {
+__device__ __forceinline__ void normalise_lines_backward(const Mat& u, const Mat& y, Mat& g, int H, float eps) {
   float den[H4];
   line_sums<ByColumn>(u, H, eps, den);
-  divide_lines<ByColumn>(u, den, H);  // u is y from here
 #pragma unroll
   for (int l = 0; l < H4; ++l) {
     if (l >= H) break;
     float dot = 0.f;
 #pragma unroll
     for (int k = 0; k < H4; ++k)
-      if (k < H) dot = fmaf(elem<ByColumn>(g, l, k), elem<ByColumn>(u, l, k), dot);
+      if (k < H) dot = fmaf(elem<ByColumn>(g, l, k), elem<ByColumn>(y, l, k), dot);
 #pragma unroll
     for (int k = 0; k < H4; ++k)
       if (k < H) elem<ByColumn>(g, l, k) -= dot;
@@ -579,7 +580,7 @@ __device__ __forceinline__ void normalise_lines_backward(Mat& u, Mat& g, int H, 
 }
 
 // Normalisation n (1-based) divides by column sums when n is odd: one column pass, then (iters-1) x (row, column).
-__device__ __forceinline__ int sinkhorn_norms(int iters) { return 2 * iters - 1; }
+__host__ __device__ __forceinline__ int sinkhorn_norms(int iters) { return 2 * iters - 1; }
 
 // Stage s (the input of normalisation s+1) of token t is the H4 x H4 floats at hist[(s * tokens + t) * H4 * H4]: a
 // thread's stage is four 16-byte vectors, and a warp's are one contiguous 2 KB.
@@ -625,6 +626,7 @@ __device__ __forceinline__ void sinkhorn_backward(const Mat& logits, Mat& g, int
       u[i][0] = v.x, u[i][1] = v.y, u[i][2] = v.z, u[i][3] = v.w;
     }
   };
+  // c is normalisation n's output y as the loop comes to n: the forward's result first, then each stage.
   Mat un;
   load_stage(sinkhorn_norms(iters), un);
   for (int n = sinkhorn_norms(iters); n >= 1; --n) {
@@ -634,8 +636,12 @@ __device__ __forceinline__ void sinkhorn_backward(const Mat& logits, Mat& g, int
 #pragma unroll
       for (int j = 0; j < H4; ++j) u[i][j] = un[i][j];
     if (n > 1) load_stage(n - 1, un);
-    if (n & 1) normalise_lines_backward<true>(u, g, H, eps);
-    else normalise_lines_backward<false>(u, g, H, eps);
+    if (n & 1) normalise_lines_backward<true>(u, c, g, H, eps);
+    else normalise_lines_backward<false>(u, c, g, H, eps);
+#pragma unroll
+    for (int i = 0; i < H4; ++i)
+#pragma unroll
+      for (int j = 0; j < H4; ++j) c[i][j] = u[i][j];
   }
 #pragma unroll
   for (int i = 0; i < H4; ++i) {
@@ -1834,6 +1840,43 @@ struct QuadLine {
   }
 };
 
+// Row i of comb's logits (PreKind::comb_logits) as thread i of a quad holds it.
+__device__ __forceinline__ QuadLine comb_logits_quad(const float* mix, int i, const float* base, const float* scale) {
+  const float s2 = __ldg(scale + 2);
+  QuadLine l;
+  l.i = i;
+#pragma unroll
+  for (int s = 0; s < H4; ++s) {
+    const int m = 2 * H4 + i * H4 + (i ^ s);
+    l.v[s] = logit(mix[m], s2, __ldg(base + m));
+  }
+  return l;
+}
+
+// The Sinkhorn forward by a quad from row i's logits (sinkhorn_forward's steps): softmax_rows' numerators and
+// division, + eps, then the norms normalisations, line ending in the last one's direction. p, where given, takes the
+// softmax's row; stage(n, line) sees normalisation n's input. Each division's operands are folded into [lo, hi]
+// (QuadLine::divide) unless Exact.
+template <bool Exact, typename Stage>
+__device__ __forceinline__ void quad_sinkhorn_forward(QuadLine& line, const QuadLine& logits, int norms, float eps,
+                                                      uint32_t& lo, uint32_t& hi, QuadLine* p, Stage&& stage) {
+  line = logits;
+  float mx = line.at(0);
+#pragma unroll
+  for (int k = 1; k < H4; ++k) mx = fmaxf(mx, line.at(k));
+#pragma unroll
+  for (int s = 0; s < H4; ++s) line.v[s] = expf(line.v[s] - mx);
+  line.divide<Exact>(line.sum(), lo, hi);
+  if (p) *p = line;
+#pragma unroll
+  for (int s = 0; s < H4; ++s) line.v[s] += eps;
+  for (int n = 1; n <= norms; ++n) {
+    line.transpose();
+    stage(n, line);
+    line.divide<Exact>(line.sum() + eps, lo, hi);
+  }
+}
+
 // mix_post_comb for hc = 4 with four threads per token (QuadLine), the same bits. One thread per token left four warps
 // on an SM, each thread's Sinkhorn (39 normalisations at V4 dims) a chain of dependent steps with nothing beside it:
 // H100, V4 dims, bench/hc_ab.sh (3 runs each, every hash unchanged, also at 37, 257 and 1000 tokens): post_comb
@@ -1850,50 +1893,129 @@ __global__ void __launch_bounds__(512) mix_post_comb_quad_kernel(MixFwdArgs a) {
   // A quad past the last token runs on the last one's data, so that every lane takes part in the shuffles.
   const int64_t t = min(g / H4, a.tokens - 1);
   const bool store = g / H4 < a.tokens;
-  QuadLine line;
-  line.i = int(g % H4);
+  const int i = int(g % H4);
   const float* mix = a.mixes + t * a.M;
-  const float s1 = __ldg(a.scale + 1), s2 = __ldg(a.scale + 2);
-  const int m_post = H4 + line.i;
-  if (store) a.post[t * H4 + line.i] = a.post_mult * sigmoid(logit(mix[m_post], s1, __ldg(a.base + m_post)));
-  // Row i of comb's logits (comb_logits), then softmax_rows' numerators.
-  float e[H4];
-#pragma unroll
-  for (int s = 0; s < H4; ++s) {
-    const int m = 2 * H4 + line.i * H4 + (line.i ^ s);
-    line.v[s] = logit(mix[m], s2, __ldg(a.base + m));
-  }
-  float mx = line.at(0);
-#pragma unroll
-  for (int k = 1; k < H4; ++k) mx = fmaxf(mx, line.at(k));
-#pragma unroll
-  for (int s = 0; s < H4; ++s) e[s] = expf(line.v[s] - mx);
+  const float s1 = __ldg(a.scale + 1);
+  const int m_post = H4 + i;
+  if (store) a.post[t * H4 + i] = a.post_mult * sigmoid(logit(mix[m_post], s1, __ldg(a.base + m_post)));
   // The softmax's division and the Sinkhorn's: normalisation n divides columns when n is odd (held as rows now, the
   // lines alternate from the first transpose). The range of every division's operands is checked once at the end, off
   // the chain of dependent steps, and a warp with any of them out of range runs the whole sequence again with `/`.
+  const QuadLine logits = comb_logits_quad(mix, i, a.base, a.scale);
   const int norms = sinkhorn_norms(a.iters);
+  QuadLine line;
   uint32_t lo = ~0u, hi = 0;
-  const auto normalise = [&](auto exact) {
-    constexpr bool kExact = decltype(exact)::value;
-#pragma unroll
-    for (int s = 0; s < H4; ++s) line.v[s] = e[s];
-    line.divide<kExact>(line.sum(), lo, hi);
-#pragma unroll
-    for (int s = 0; s < H4; ++s) line.v[s] += a.hc_eps;
-    for (int n = 1; n <= norms; ++n) {
-      line.transpose();
-      line.divide<kExact>(line.sum() + a.hc_eps, lo, hi);
-    }
-  };
-  normalise(std::false_type{});
-  if (__any_sync(~0u, !((lo >= kDivideLo) & (hi <= kDivideHi)))) normalise(std::true_type{});
+  const auto no_stage = [](int, const QuadLine&) {};
+  quad_sinkhorn_forward<false>(line, logits, norms, a.hc_eps, lo, hi, nullptr, no_stage);
+  if (__any_sync(~0u, !((lo >= kDivideLo) & (hi <= kDivideHi))))
+    quad_sinkhorn_forward<true>(line, logits, norms, a.hc_eps, lo, hi, nullptr, no_stage);
   const bool columns = norms > 0 && (norms & 1);
   if (store) {
 #pragma unroll
     for (int s = 0; s < H4; ++s) {
-      const int other = line.i ^ s;
-      a.comb[(t * H4 + (columns ? other : line.i)) * H4 + (columns ? line.i : other)] = line.v[s];
+      const int other = i ^ s;
+      a.comb[(t * H4 + (columns ? other : i)) * H4 + (columns ? i : other)] = line.v[s];
     }
+  }
+}
+
+// PreKind::comb_backward at hc 4 by a quad (QuadLine, thread i line i), the same bits: the forward recomputed with
+// QuadLine's steps, every kQuadSegment-th stage kept as a checkpoint (a float4 a thread, in the workspace), and on
+// the way back each segment's stages recomputed into registers from its checkpoint, so that no step waits on memory.
+// A thread walked back through every stage from the workspace, one load ahead, and each of its 39 steps (V4 dims)
+// waited on that load.
+constexpr int kQuadSegment = 8;
+
+// g /= den for a line of signed values: divide_lines' check on magnitudes, per line (the quotients are `/`'s
+// either way).
+__device__ __forceinline__ void divide_signed(QuadLine& g, float den) {
+  const float r = line_reciprocal(den);
+  uint32_t lo = magnitude_bits(den), hi = lo;
+  float q[H4];
+#pragma unroll
+  for (int s = 0; s < H4; ++s) {
+    lo = min(lo, magnitude_bits(g.v[s])), hi = max(hi, magnitude_bits(g.v[s]));
+    q[s] = quotient_in_range(g.v[s], den, r);
+  }
+  const bool fast = (lo >= kDivideLo) & (hi <= kDivideHi);
+#pragma unroll
+  for (int s = 0; s < H4; ++s) g.v[s] = fast ? q[s] : g.v[s] / den;
+}
+
+// Thread g of the launch: token g / 4 (past the last, the last token's data, for the shuffles; nothing is stored),
+// line g % 4.
+__device__ void comb_backward_quad(int64_t g, const MixBwdTokenArgs& a) {
+  static_assert(H4 == 4);
+  const int64_t t = min(g / H4, a.tokens - 1);
+  const bool store = g / H4 < a.tokens;
+  const int i = int(g % H4), norms = sinkhorn_norms(a.iters);
+  float4* ckpt = reinterpret_cast<float4*>(a.hist);
+  const auto at_ckpt = [&](int c) { return ckpt + (int64_t(c) * a.tokens + t) * H4 + i; };
+  const QuadLine logits = comb_logits_quad(a.mixes + t * a.M, i, a.base, a.scale);
+  // The forward: p the softmax (row i), y the result (a line in the last normalisation's direction).
+  QuadLine p, y;
+  uint32_t lo = ~0u, hi = 0;
+  const auto checkpoint = [&](int n, const QuadLine& u) {
+    if (store && (n - 1) % kQuadSegment == 0)
+      *at_ckpt((n - 1) / kQuadSegment) = make_float4(u.v[0], u.v[1], u.v[2], u.v[3]);
+  };
+  quad_sinkhorn_forward<false>(y, logits, norms, a.hc_eps, lo, hi, &p, checkpoint);
+  const bool exact = __any_sync(~0u, !((lo >= kDivideLo) & (hi <= kDivideHi)));
+  if (exact) quad_sinkhorn_forward<true>(y, logits, norms, a.hc_eps, lo, hi, &p, checkpoint);
+
+  // d loss / d comb, as y holds the matrix.
+  const bool columns = norms > 0 && (norms & 1);
+  QuadLine d;
+  d.i = i;
+#pragma unroll
+  for (int s = 0; s < H4; ++s) {
+    const int k = i ^ s;
+    d.v[s] = a.g_comb[(t * H4 + (columns ? k : i)) * H4 + (columns ? i : k)];
+  }
+  // Normalisation n backward (see normalise_lines_backward): u its input, y its output, both in its direction; then
+  // d and y turn to normalisation n - 1's direction, where u is its output.
+  const auto step = [&](const QuadLine& u) {
+    const float den = u.sum() + a.hc_eps;
+    float dot = 0.f;
+#pragma unroll
+    for (int k = 0; k < H4; ++k) dot = fmaf(d.at(k), y.at(k), dot);
+#pragma unroll
+    for (int s = 0; s < H4; ++s) d.v[s] -= dot;
+    divide_signed(d, den);
+    d.transpose();
+    y = u;
+    y.transpose();
+  };
+  const auto backward = [&](auto exact_tag) {
+    constexpr bool kExact = decltype(exact_tag)::value;
+    const int segments = (norms + kQuadSegment - 1) / kQuadSegment;
+    float4 next = store && segments > 0 ? *at_ckpt(segments - 1) : make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int c = segments - 1; c >= 0; --c) {
+      QuadLine u[kQuadSegment];
+      u[0].i = i, u[0].v[0] = next.x, u[0].v[1] = next.y, u[0].v[2] = next.z, u[0].v[3] = next.w;
+      if (store && c > 0) next = *at_ckpt(c - 1);
+      const int s0 = c * kQuadSegment;
+#pragma unroll
+      for (int k = 1; k < kQuadSegment; ++k)
+        if (s0 + k < norms) {
+          u[k] = u[k - 1];
+          u[k].divide<kExact>(u[k].sum() + a.hc_eps, lo, hi);
+          u[k].transpose();
+        }
+#pragma unroll
+      for (int k = kQuadSegment - 1; k >= 0; --k)
+        if (s0 + k < norms) step(u[k]);
+    }
+  };
+  if (exact) backward(std::true_type{});
+  else backward(std::false_type{});
+  // The softmax's backward, by rows: dz = P (dP - <dP, P>).
+  float dot = 0.f;
+#pragma unroll
+  for (int k = 0; k < H4; ++k) dot += d.at(k) * p.at(k);
+  if (store) {
+#pragma unroll
+    for (int s = 0; s < H4; ++s) a.gate[t * PreKind::GW + 2 * H4 + i * H4 + (i ^ s)] = p.v[s] * (d.v[s] - dot);
   }
 }
 
@@ -1908,8 +2030,12 @@ __global__ void __launch_bounds__(512) mix_post_comb_quad_kernel(MixFwdArgs a) {
 // 0.263 ms and token 0.066 -> 0.020 ms, the backward 0.797 -> 0.780 ms (0.076 -> 0.067 at 257 tokens). Of those
 // 0.036 ms the Sinkhorn stages' 82 MB through the workspace are ~0.009: with every stage aliased to one slot (wrong
 // gradients, timing only) reduce 0.2636 -> 0.2547 ms; stored with L2 evict_last and read with evict_first hints, no
-// change (0.2640; H100, reports/gpu/2026-11-28-h100-token-warp-stage-hints-ab.log). The rest is issue slots.
-constexpr int kCombTokensPerBlock = 128;
+// change (0.2640; H100, reports/gpu/2026-11-28-h100-token-warp-stage-hints-ab.log). Nor are its instructions the
+// rest: a fifth fewer in the thread's chain (the normalisation backward's y taken from the next stage) left the reduce
+// as it was (0.2646 -> 0.2655 ms), each step waiting on its stage's load. At hc 4 the comb blocks run
+// comb_backward_quad, every thread of a block (64 tokens), no step waiting on memory: 0.2641 -> 0.2564 ms
+// (reports/gpu/2026-11-28-h100-comb-bwd-quad-ab.log).
+__host__ __device__ constexpr int comb_tokens_per_block(int hc) { return hc == H4 ? 256 / H4 : 128; }
 
 template <typename T, int V, int HC>
 __global__ void __launch_bounds__(256) mix_bwd_reduce_kernel(const T* __restrict__ x, const T* __restrict__ gy,
@@ -1917,10 +2043,15 @@ __global__ void __launch_bounds__(256) mix_bwd_reduce_kernel(const T* __restrict
                                                              MixBwdTokenArgs a) {
   int64_t block = blockIdx.x;
   if constexpr (HC > 0) {
-    const int64_t comb_blocks = (tokens + kCombTokensPerBlock - 1) / kCombTokensPerBlock;
+    constexpr int kCombTokens = comb_tokens_per_block(HC);
+    const int64_t comb_blocks = (tokens + kCombTokens - 1) / kCombTokens;
     if (block < comb_blocks) {
-      const int64_t t = block * kCombTokensPerBlock + threadIdx.x;
-      if (threadIdx.x < kCombTokensPerBlock && t < tokens) PreKind::comb_backward(t, a, HC);
+      if constexpr (HC == H4) {
+        comb_backward_quad(block * 256 + threadIdx.x, a);
+      } else {
+        const int64_t t = block * kCombTokens + threadIdx.x;
+        if (threadIdx.x < kCombTokens && t < tokens) PreKind::comb_backward(t, a, HC);
+      }
       return;
     }
     block -= comb_blocks;
@@ -2692,7 +2823,8 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
 // path's (hashes at 257 and 16384 tokens), grad_base and grad_scale too; but slower: comb_bwd + this + sum_splits +
 // colsum 0.846 ms, then 0.812-0.826 ms with the fragments stored as the MMAs' register pairs, offsets computed once
 // and two n-tiles' chains interleaved, against 0.711-0.722 ms for the two passes (comb_bwd alone 0.050 ms); on an H100
-// 0.825-0.829 against 0.773-0.777 ms (comb_bwd 0.055). So the bridge keeps the two passes for hc_pre. ncu (H200 at 1.35 GHz, ncu's clocks): 17.1K warp instructions per tile and
+// 0.825-0.829 against 0.773-0.777 ms (comb_bwd 0.055). So the bridge keeps the two passes for hc_pre. ncu (H200 at
+// 1.35 GHz, ncu's clocks): 17.1K warp instructions per tile and
 // CTA (19.9K before those three steps), issue slots 38% busy; of the compute warps' stall samples, a 27% (F2F to fp64
 // through the MIO queue, 50 shuffles a warp), c 50% (waits between dependent HMMAs: 52 NOPs a warp and tile), the
 // coefficients' wait 12%, barrier 1 8%. Tried and dropped: a on the fifth warpgroup (four rows a warp, eight lanes a
@@ -2711,7 +2843,8 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
 // gate backward 0.752, and with none of them (the loads, exchange and stores alone) 0.500 ms, against the 0.54 that
 // 75% of the copy rate allows (1.217 GB at 75% of 2975-3000 GB/s; `parity run --perf` counts 1.2174 GB, 0.540 ms at
 // run48's 3007 GB/s): here the compute could add at most ~0.04 ms over the data movement, or ~0.1 ms with comb_bwd
-// (0.055) hidden in the kernel and the sums (0.021) folded into it. Nor is the three-stage ring what keeps it from
+// (0.055; 0.0385 by quads since, comb_backward_quad, the whole path 0.8207 -> 0.8088 ms) hidden in the kernel and
+// the sums (0.021) folded into it. Nor is the three-stage ring what keeps it from
 // hiding: with fn's fragments made up in registers (no shared memory, no loads) and five stages in the 96 KB freed,
 // 0.836 ms against 0.827 as is, and 0.831 with three
 // (reports/gpu/2026-11-27-h100-hc-pre-fused-bwd-stages-ablation.log): the compute warps' own instructions and HMMA
@@ -2911,12 +3044,13 @@ __global__ void __launch_bounds__(kFmThreads, 1) mix_fused_bwd_mma_kernel(const 
   }
 }
 
-// The Sinkhorn's share of hc_pre's backward (PreKind::comb_backward, a thread per token) ahead of mix_fused_bwd_mma,
-// whose finisher reads it back from the gate rows: it needs neither x nor g_y.
+// The Sinkhorn's share of hc_pre's backward (PreKind::comb_backward, a thread per token; at hc 4 comb_backward_quad)
+// ahead of mix_fused_bwd_mma, whose finisher reads it back from the gate rows: it needs neither x nor g_y.
 template <int HC>
 __global__ void __launch_bounds__(128) mix_comb_bwd_kernel(MixBwdTokenArgs a) {
-  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t < a.tokens) PreKind::comb_backward(t, a, HC);
+  const int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if constexpr (HC == H4) comb_backward_quad(g, a);
+  else if (g < a.tokens) PreKind::comb_backward(g, a, HC);
 }
 
 __global__ void __launch_bounds__(256) sum_splits_kernel(const float* __restrict__ part, float* __restrict__ out,
@@ -3016,7 +3150,10 @@ int mix_coef_width(MixKind kind) { return kind == MixKind::pre ? PreKind::CW : H
 int mix_gate_width(MixKind kind) { return kind == MixKind::pre ? PreKind::GW : HeadKind::GW; }
 
 int64_t sinkhorn_hist_floats(int64_t tokens, int hc, int iters) {
-  return int64_t(2 * iters - 1) * H4 * H4 * tokens;
+  // Every stage (comb_backward), or at hc 4 every kQuadSegment-th (comb_backward_quad's checkpoints).
+  const int norms = std::max(sinkhorn_norms(iters), 0);
+  const int stages = hc == H4 ? (norms + kQuadSegment - 1) / kQuadSegment : norms;
+  return int64_t(stages) * H4 * H4 * tokens;
 }
 
 int mix_bwd_splits(MixKind kind, Dtype dt, int64_t tokens, int hc, int64_t hidden, int sm_count) {
@@ -3262,7 +3399,7 @@ void launch_mix_comb_bwd(const float* mixes, const float* grad_comb, const float
   const MixBwdTokenArgs a{mixes, nullptr, nullptr, grad_comb, base, scale, nullptr, gate_grads, hist, tokens,
                           0, hc, mix_rows(MixKind::pre, hc), k.hc_eps, k.rms_eps, k.post_mult, k.sinkhorn_iters};
   with_hc(hc, [&](auto h) {
-    mix_comb_bwd_kernel<decltype(h)::value><<<ceil_div(tokens, 128), 128, 0, stream>>>(a);
+    mix_comb_bwd_kernel<decltype(h)::value><<<ceil_div(tokens * (h == H4 ? H4 : 1), 128), 128, 0, stream>>>(a);
   });
 }
 
@@ -3331,7 +3468,8 @@ void launch_mix_bwd_reduce(MixKind kind, Dtype dt, const void* x, const void* gr
   const MixBwdTokenArgs a{mixes, red, nullptr, grad_comb, base, scale, nullptr, gate_grads, hist, tokens,
                           int(hc * hidden), hc, mix_rows(kind, hc), k.hc_eps, k.rms_eps, k.post_mult,
                           k.sinkhorn_iters};
-  const unsigned blocks = ceil_div(tokens, kWarpTokensPerBlock) + (pre ? ceil_div(tokens, kCombTokensPerBlock) : 0);
+  const unsigned blocks =
+      ceil_div(tokens, kWarpTokensPerBlock) + (pre ? ceil_div(tokens, comb_tokens_per_block(hc)) : 0);
   with_dtype(dt, [&](auto tag) {
     using T = decltype(tag);
     with_bool(vec, [&](auto v) {

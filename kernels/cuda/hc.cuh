@@ -33,7 +33,7 @@ int mix_rows(MixKind kind, int hc);          // M: rows of fn, columns of mixes
 int mix_scale_count(MixKind kind);           // entries of scale: 3 (pre) or 1 (head)
 int mix_coef_width(MixKind kind);            // floats per token in `coef`
 int mix_gate_width(MixKind kind);            // doubles per token in `gate_grads` (gate logit grads, then scale terms)
-int64_t sinkhorn_hist_floats(int64_t tokens, int hc, int iters);  // hc_pre backward's Sinkhorn history
+int64_t sinkhorn_hist_floats(int64_t tokens, int hc, int iters);  // hc_pre backward's Sinkhorn workspace
 // Token splits of the grad_fn partials (depends on which dx_dfn kernel takes the shape).
 int mix_bwd_splits(MixKind kind, Dtype dt, int64_t tokens, int hc, int64_t hidden, int sm_count);
 
