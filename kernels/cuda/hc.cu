@@ -19,11 +19,11 @@ H = 4 instantiation (ptxas, sm_90a):
                                cluster of 16 CTAs per tile of 16 tokens, x by TMA, fp64 cross-warp/CTA
                                sums, st.async between CTAs                               128 / 88 reg, 225 KB smem
   mix_post_comb<H>             post and comb (Sinkhorn) from the mixes, after mix_fused_fwd    thread/token 47 reg
-  mix_post_comb_quad           the same at hc 4, a thread per line, shuffles transposing    4 threads/token 26 reg
+  mix_post_comb_quad           the same at hc 4, a thread per line, shuffles transposing    4 threads/token 30 reg
   mix_bwd_reduce<H>            per token: sum x^2 and g_pre_h = <g_y, x_h> (fp64 sums); hc_pre: its first
                                blocks run the Sinkhorn backward meanwhile (forward recomputed; its divisions
                                share a reciprocal per line: divide_lines; at hc 4 by quads from checkpoints,
-                               comb_backward_quad)          warp/token, Sinkhorn 4 threads/token 122 reg
+                               comb_backward_quad)           warp/token, Sinkhorn 4 threads/token 96 reg
   mix_bwd_token<Pre|Head, H>   per token: sigmoid backward -> coefficients of the linear+norm backward
                                                                                              thread/token 44 reg
   mix_bwd_dx_dfn               grad_x = r g_mix @ fn - c x + pre_h g_y (one rounding) and per-split
@@ -34,7 +34,7 @@ H = 4 instantiation (ptxas, sm_90a):
                                of all streams, tiles of 16 tokens through a 4-stage cp.async ring
                                                                                      128 reg, 49 KB dyn smem
   mix_comb_bwd<H>              hc_pre's Sinkhorn backward alone (PreKind::comb_backward; at hc 4
-                               comb_backward_quad), before mix_fused_bwd_mma         4 threads/token 80 reg
+                               comb_backward_quad), before mix_fused_bwd_mma         4 threads/token 66 reg
   mix_fused_bwd_mma            hc_pre's backward in one pass (hidden 4096): mix_fused_bwd's cluster with
                                dx_dfn_mma's products; 16 compute warps at 104 registers and a fifth warpgroup
                                (the finisher) at 64 (setmaxnreg); correct but slower than the two passes, so
@@ -84,8 +84,8 @@ percentages are one-pass bytes over time, against the copy rate):
           A/B in one process, bench/hc_ab.sh, 3 runs each); with divide_lines and hc a template parameter of the
           token kernel 0.795 ms (51%: token 0.113 -> 0.067 ms; 0.099 -> 0.043 at 257 tokens, a single thread's chain);
           with the Sinkhorn backward beside the reduce 0.780 ms (52%); that Sinkhorn by quads from register
-          checkpoints (comb_backward_quad) 0.7757 -> 0.7680 ms (reduce 0.2641 -> 0.2564; bench/hc_ab.sh, 5 runs
-          each, the same bits; reports/gpu/2026-11-28-h100-comb-bwd-quad-ab.log)
+          checkpoints (comb_backward_quad) 0.7746 -> 0.7668 ms (reduce 0.2641 -> 0.2560; bench/hc_ab.sh, the
+          same bits; reports/gpu/2026-11-28-h100-comb-bwd-quad-ab.log and -small-t-ab.log)
   hc_head fwd 0.453 ms (50%), fused with TMA + ldmatrix 0.358 ms (62%), st.async 0.258 ms (87%; `parity run
           --perf` 0.243 ms, 92%), two slots of warp partials 0.241 -> 0.237 (`parity run --perf` 0.238 ms, 94%), fn
           before the ring (see hc_pre) 0.2370 -> 0.2336 (`parity run --perf` 0.2351 ms, 95%);
@@ -1924,7 +1924,7 @@ __global__ void __launch_bounds__(512) mix_post_comb_quad_kernel(MixFwdArgs a) {
 // the way back each segment's stages recomputed into registers from its checkpoint, so that no step waits on memory.
 // A thread walked back through every stage from the workspace, one load ahead, and each of its 39 steps (V4 dims)
 // waited on that load.
-constexpr int kQuadSegment = 8;
+constexpr int kQuadSegment = 4;
 
 // g /= den for a line of signed values: divide_lines' check on magnitudes, per line (the quotients are `/`'s
 // either way).
@@ -1986,25 +1986,43 @@ __device__ void comb_backward_quad(int64_t g, const MixBwdTokenArgs& a) {
     y = u;
     y.transpose();
   };
+  // Segment c's stages (cur) are walked back while segment c - 1's (nxt) are recomputed beside them: two independent
+  // chains, so the walk's latency is about its own. A quad past the last token has no checkpoints: it recomputes from
+  // its y, whose lines are in range (any finite values do: nothing of it is stored).
   const auto backward = [&](auto exact_tag) {
     constexpr bool kExact = decltype(exact_tag)::value;
     const int segments = (norms + kQuadSegment - 1) / kQuadSegment;
-    float4 next = store && segments > 0 ? *at_ckpt(segments - 1) : make_float4(0.f, 0.f, 0.f, 0.f);
+    const auto load = [&](int c) { return store ? *at_ckpt(c) : make_float4(y.v[0], y.v[1], y.v[2], y.v[3]); };
+    const auto line_of = [&](float4 v) {
+      QuadLine l;
+      l.i = i, l.v[0] = v.x, l.v[1] = v.y, l.v[2] = v.z, l.v[3] = v.w;
+      return l;
+    };
+    const auto recompute = [&](QuadLine (&u)[kQuadSegment], int k) {
+      u[k] = u[k - 1];
+      u[k].divide<kExact>(u[k].sum() + a.hc_eps, lo, hi);
+      u[k].transpose();
+    };
+    if (segments == 0) return;
+    QuadLine cur[kQuadSegment], nxt[kQuadSegment];
+    cur[0] = line_of(load(segments - 1));
+    float4 ahead = segments > 1 ? load(segments - 2) : float4{};  // a segment ahead of its use
+#pragma unroll
+    for (int k = 1; k < kQuadSegment; ++k)
+      if ((segments - 1) * kQuadSegment + k < norms) recompute(cur, k);
     for (int c = segments - 1; c >= 0; --c) {
-      QuadLine u[kQuadSegment];
-      u[0].i = i, u[0].v[0] = next.x, u[0].v[1] = next.y, u[0].v[2] = next.z, u[0].v[3] = next.w;
-      if (store && c > 0) next = *at_ckpt(c - 1);
+      // Segment c - 1 is whole (only the last one can be short).
+      if (c > 0) nxt[0] = line_of(ahead);
+      if (c > 1) ahead = load(c - 2);
       const int s0 = c * kQuadSegment;
 #pragma unroll
-      for (int k = 1; k < kQuadSegment; ++k)
-        if (s0 + k < norms) {
-          u[k] = u[k - 1];
-          u[k].divide<kExact>(u[k].sum() + a.hc_eps, lo, hi);
-          u[k].transpose();
-        }
+      for (int j = 0; j < kQuadSegment; ++j) {
+        const int k = kQuadSegment - 1 - j;
+        if (s0 + k < norms) step(cur[k]);
+        if (c > 0 && j + 1 < kQuadSegment) recompute(nxt, j + 1);
+      }
 #pragma unroll
-      for (int k = kQuadSegment - 1; k >= 0; --k)
-        if (s0 + k < norms) step(u[k]);
+      for (int k = 0; k < kQuadSegment; ++k) cur[k] = nxt[k];
     }
   };
   if (exact) backward(std::true_type{});
@@ -2033,24 +2051,28 @@ __device__ void comb_backward_quad(int64_t g, const MixBwdTokenArgs& a) {
 // change (0.2640; H100, reports/gpu/2026-11-28-h100-token-warp-stage-hints-ab.log). Nor are its instructions the
 // rest: a fifth fewer in the thread's chain (the normalisation backward's y taken from the next stage) left the reduce
 // as it was (0.2646 -> 0.2655 ms), each step waiting on its stage's load. At hc 4 the comb blocks run
-// comb_backward_quad, every thread of a block (64 tokens), no step waiting on memory: 0.2641 -> 0.2564 ms
-// (reports/gpu/2026-11-28-h100-comb-bwd-quad-ab.log).
-__host__ __device__ constexpr int comb_tokens_per_block(int hc) { return hc == H4 ? 256 / H4 : 128; }
+// comb_backward_quad instead, no step waiting on memory: 0.2641 -> 0.2560 ms
+// (reports/gpu/2026-11-28-h100-comb-bwd-quad-ab.log, 2026-11-28-h100-comb-bwd-quad-small-t-ab.log).
+// The comb blocks: at hc 4 `wpb` warps of each run comb_backward_quad (8 where the tokens fill the SMs; where they
+// would fill fewer blocks than there are SMs, fewer warps a block: a few chains are each their own latency, best on
+// SMs of their own), else 128 threads of each run comb_backward.
+__host__ __device__ inline int64_t comb_block_count(int hc, int64_t tokens, int wpb) {
+  return hc == H4 ? ((tokens * H4 + 31) / 32 + wpb - 1) / wpb : (tokens + 127) / 128;
+}
 
 template <typename T, int V, int HC>
 __global__ void __launch_bounds__(256) mix_bwd_reduce_kernel(const T* __restrict__ x, const T* __restrict__ gy,
                                                              double* __restrict__ red, int64_t tokens, int H, int D,
-                                                             MixBwdTokenArgs a) {
+                                                             MixBwdTokenArgs a, int comb_wpb) {
   int64_t block = blockIdx.x;
   if constexpr (HC > 0) {
-    constexpr int kCombTokens = comb_tokens_per_block(HC);
-    const int64_t comb_blocks = (tokens + kCombTokens - 1) / kCombTokens;
+    const int64_t comb_blocks = comb_block_count(HC, tokens, comb_wpb);
     if (block < comb_blocks) {
       if constexpr (HC == H4) {
-        comb_backward_quad(block * 256 + threadIdx.x, a);
+        if (int(threadIdx.x >> 5) < comb_wpb) comb_backward_quad(block * comb_wpb * 32 + threadIdx.x, a);
       } else {
-        const int64_t t = block * kCombTokens + threadIdx.x;
-        if (threadIdx.x < kCombTokens && t < tokens) PreKind::comb_backward(t, a, HC);
+        const int64_t t = block * 128 + threadIdx.x;
+        if (threadIdx.x < 128 && t < tokens) PreKind::comb_backward(t, a, HC);
       }
       return;
     }
@@ -2530,6 +2552,18 @@ int once_per_device(const Key& key, Ask&& ask) {
   const int answer = ask();
   cudaGetLastError();
   return cache[at] = answer;
+}
+
+// Warps a block of comb_backward_quad, at most `most`: the quads' warps spread over the device's SMs.
+int comb_warps_per_block(int64_t tokens, int most) {
+  const int sms = std::max(1, once_per_device(std::string("sm count"), [] {
+    int dev = 0, n = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    return n;
+  }));
+  const int64_t warps = (tokens * H4 + 31) / 32;
+  return int(std::clamp<int64_t>((warps + sms - 1) / sms, 1, most));
 }
 
 // Its shared memory is above the default 48 KB: allowed once per device (a refusal leaves the CUDA-core kernel).
@@ -3399,7 +3433,8 @@ void launch_mix_comb_bwd(const float* mixes, const float* grad_comb, const float
   const MixBwdTokenArgs a{mixes, nullptr, nullptr, grad_comb, base, scale, nullptr, gate_grads, hist, tokens,
                           0, hc, mix_rows(MixKind::pre, hc), k.hc_eps, k.rms_eps, k.post_mult, k.sinkhorn_iters};
   with_hc(hc, [&](auto h) {
-    mix_comb_bwd_kernel<decltype(h)::value><<<ceil_div(tokens * (h == H4 ? H4 : 1), 128), 128, 0, stream>>>(a);
+    const int threads = h == H4 ? 32 * comb_warps_per_block(tokens, 4) : 128;
+    mix_comb_bwd_kernel<decltype(h)::value><<<ceil_div(tokens * (h == H4 ? H4 : 1), threads), threads, 0, stream>>>(a);
   });
 }
 
@@ -3468,15 +3503,15 @@ void launch_mix_bwd_reduce(MixKind kind, Dtype dt, const void* x, const void* gr
   const MixBwdTokenArgs a{mixes, red, nullptr, grad_comb, base, scale, nullptr, gate_grads, hist, tokens,
                           int(hc * hidden), hc, mix_rows(kind, hc), k.hc_eps, k.rms_eps, k.post_mult,
                           k.sinkhorn_iters};
-  const unsigned blocks =
-      ceil_div(tokens, kWarpTokensPerBlock) + (pre ? ceil_div(tokens, comb_tokens_per_block(hc)) : 0);
+  const int comb_wpb = pre && hc == H4 ? comb_warps_per_block(tokens, 8) : 0;
+  const unsigned blocks = ceil_div(tokens, kWarpTokensPerBlock) + (pre ? comb_block_count(hc, tokens, comb_wpb) : 0);
   with_dtype(dt, [&](auto tag) {
     using T = decltype(tag);
     with_bool(vec, [&](auto v) {
       constexpr int V = decltype(v)::value ? 8 : 1;
       const auto launch = [&](auto comb_hc) {
         mix_bwd_reduce_kernel<T, V, decltype(comb_hc)::value><<<blocks, 256, 0, stream>>>(
-            static_cast<const T*>(x), static_cast<const T*>(grad_y), red, tokens, hc, int(hidden), a);
+            static_cast<const T*>(x), static_cast<const T*>(grad_y), red, tokens, hc, int(hidden), a, comb_wpb);
       };
       if (pre) with_hc(hc, launch);
       else launch(std::integral_constant<int, 0>{});
