@@ -2877,7 +2877,7 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
 // gate backward 0.752, and with none of them (the loads, exchange and stores alone) 0.500 ms, against the 0.54 that
 // 75% of the copy rate allows (1.217 GB at 75% of 2975-3000 GB/s; `parity run --perf` counts 1.2174 GB, 0.540 ms at
 // run48's 3007 GB/s): here the compute could add at most ~0.04 ms over the data movement, or ~0.1 ms with comb_bwd
-// (0.055; 0.0385 by quads since, comb_backward_quad, the whole path 0.8207 -> 0.8088 ms) hidden in the kernel and
+// (0.055; 0.035 by quads since, comb_backward_quad, the whole path 0.8202 -> 0.7995 ms) hidden in the kernel and
 // the sums (0.021) folded into it. Nor is the three-stage ring what keeps it from
 // hiding: with fn's fragments made up in registers (no shared memory, no loads) and five stages in the 96 KB freed,
 // 0.836 ms against 0.827 as is, and 0.831 with three
