@@ -2,7 +2,8 @@
 # One batched GPU session (device machine: H100/H200, no network): build the release preset against the machine's
 # own torch, measure the device ceilings, run the full suite with perf, the comparators' bench and every test, and
 # leave results, report and logs under $OUT. toml++ (header-only, not installed there) travels in .carry/include.
-#   usage (device tool): PARITY_COMMIT=<hash> bash scripts/gpu_session.sh   with carry [".carry"]
+#   usage (device tool): PARITY_COMMIT=<hash> PARITY_SESSION_S=<the call's limit> bash scripts/gpu_session.sh
+#   with carry [".carry"]
 #   (the device copy's .git, where there is one, can be older than its files: the commit, and PARITY_DIRTY=1 for
 #   uncommitted changes, are told)
 # A device call returns at most 8 files and is cut off at its time limit: the logs are written outside $OUT and packed
@@ -10,6 +11,7 @@
 # so a call cut off in a later step still brings back what the earlier ones measured (run48's first call lost its
 # results document that way, cut off in the bench with the logs not yet packed).
 set -uo pipefail
+t_start=$(date +%s)
 OUT=${OUT:-/tmp/parity-out}
 LOG=/tmp/parity-logs HIST=/tmp/parity-history
 rm -rf "$LOG" "$HIST" && mkdir -p "$OUT" "$LOG" "$HIST"
@@ -47,8 +49,15 @@ echo "report rc=$?"; pack
 echo "bench rc=$?"; grep -E "CompareCuda.*median" "$LOG/bench-compare.txt" | head
 timeout 120 compute-sanitizer --tool memcheck "$B/tests/parity_unit_tests" --gtest_filter='CompareCuda.*' \
   >"$LOG/memcheck-compare.txt" 2>&1; tail -1 "$LOG/memcheck-compare.txt"; pack
+# With PARITY_SESSION_S (the seconds the whole call may take), ctest is stopped 20 s before that, so that its log (how
+# far it got, what failed) is packed rather than lost with the call (run51's was, its machine building in 153 s).
 t1=$(date +%s)
-(cd "$B" && ctest -j 8 --timeout 300 --output-on-failure >"$LOG/ctest.log" 2>&1)
+ctest_limit=()
+if [ -n "${PARITY_SESSION_S:-}" ]; then
+  left=$(( PARITY_SESSION_S - (t1 - t_start) - 20 ))
+  ctest_limit=(timeout "$(( left > 10 ? left : 10 ))")
+fi
+(cd "$B" && "${ctest_limit[@]}" ctest -j 8 --timeout 300 --output-on-failure >"$LOG/ctest.log" 2>&1)
 echo "ctest rc=$? ($(( $(date +%s) - t1 )) s)"; grep -E 'tests passed|Failed|\*\*\*' "$LOG/ctest.log" | head -20; pack
 # The Python-only peer (torch.compile), with eager and a copy timed in the same process (~2 min: PARITY_PEERS=0
 # leaves it out when the call would outrun its 10 minutes).
