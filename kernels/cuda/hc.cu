@@ -2042,9 +2042,9 @@ __device__ void comb_backward_quad(int64_t g, const MixBwdTokenArgs& a) {
 // -------------------------------------------------------------------------------------------------------------------
 
 // Per token: sum of squares (the rms scale) and g_pre_h = <g_y, x_h>, one warp per token. With HC > 0 (hc_pre, hc
-// a constant) the grid's first blocks run PreKind::comb_backward instead, a thread per token on half their warps (so
-// that they spread over the SMs): the Sinkhorn backward needs neither x nor g_y, and its ~40 us chain per thread runs
-// under the read rather than after it. It takes issue slots from the read's DFMAs: H100, V4 dims, reduce 0.227 ->
+// a constant) some blocks run PreKind::comb_backward instead, a thread per token on half their warps (so that they
+// spread over the SMs): the Sinkhorn backward needs neither x nor g_y, and its ~40 us chain per thread runs under the
+// read rather than after it. It takes issue slots from the read's DFMAs: H100, V4 dims, reduce 0.227 ->
 // 0.263 ms and token 0.066 -> 0.020 ms, the backward 0.797 -> 0.780 ms (0.076 -> 0.067 at 257 tokens). Of those
 // 0.036 ms the Sinkhorn stages' 82 MB through the workspace are ~0.009: with every stage aliased to one slot (wrong
 // gradients, timing only) reduce 0.2636 -> 0.2547 ms; stored with L2 evict_last and read with evict_first hints, no
@@ -2052,7 +2052,13 @@ __device__ void comb_backward_quad(int64_t g, const MixBwdTokenArgs& a) {
 // rest: a fifth fewer in the thread's chain (the normalisation backward's y taken from the next stage) left the reduce
 // as it was (0.2646 -> 0.2655 ms), each step waiting on its stage's load. At hc 4 the comb blocks run
 // comb_backward_quad instead, no step waiting on memory: 0.2641 -> 0.2560 ms
-// (reports/gpu/2026-11-28-h100-comb-bwd-quad-ab.log, 2026-11-28-h100-comb-bwd-quad-small-t-ab.log).
+// (reports/gpu/2026-11-28-h100-comb-bwd-quad-ab.log, 2026-11-28-h100-comb-bwd-quad-small-t-ab.log). They were
+// then still the grid's first blocks: 256 of them at V4 dims, nearly every slot of an H100's (two blocks an SM, at 96
+// registers), so that the read waited ~35 us for their chains. Every third of the first blocks instead, an SM runs one
+// beside a reduce block: 0.2570 -> 0.2407 ms, the backward 0.7686 -> 0.7542 (H100, bench/hc_ab.sh, 2 runs each, the
+// same hashes at 37, 1001, 4096 and 16384 tokens; reports/gpu/2026-11-28-h100-comb-interleave-ab.log). Three blocks an
+// SM (80 registers, the loop not unrolled) gave 0.2354 ms for the reduce but the backward 0.7502 and 0.7750 in its two
+// runs; with spills, 0.2453; four, 0.2544.
 // The comb blocks: at hc 4 `wpb` warps of each run comb_backward_quad (8 where the tokens fill the SMs; where they
 // would fill fewer blocks than there are SMs, fewer warps a block: a few chains are each their own latency, best on
 // SMs of their own), else 128 threads of each run comb_backward.
@@ -2066,17 +2072,28 @@ __global__ void __launch_bounds__(256) mix_bwd_reduce_kernel(const T* __restrict
                                                              MixBwdTokenArgs a, int comb_wpb) {
   int64_t block = blockIdx.x;
   if constexpr (HC > 0) {
-    const int64_t comb_blocks = comb_block_count(HC, tokens, comb_wpb);
-    if (block < comb_blocks) {
+    // Blocks 3i are comb block i and 3i+1, 3i+2 reduce blocks 2i, 2i+1 while both last; then the comb blocks left,
+    // then the reduce blocks left.
+    const int64_t comb_blocks = comb_block_count(HC, tokens, comb_wpb), reduce_blocks = gridDim.x - comb_blocks;
+    const int64_t mixed = comb_blocks < reduce_blocks / 2 ? comb_blocks : reduce_blocks / 2;
+    int64_t comb = -1;
+    if (block < 3 * mixed) {
+      if (block % 3 == 0) comb = block / 3;
+      else block = 2 * (block / 3) + block % 3 - 1;
+    } else if (block - 3 * mixed < comb_blocks - mixed) {
+      comb = block - 2 * mixed;
+    } else {
+      block -= comb_blocks;
+    }
+    if (comb >= 0) {
       if constexpr (HC == H4) {
-        if (int(threadIdx.x >> 5) < comb_wpb) comb_backward_quad(block * comb_wpb * 32 + threadIdx.x, a);
+        if (int(threadIdx.x >> 5) < comb_wpb) comb_backward_quad(comb * comb_wpb * 32 + threadIdx.x, a);
       } else {
-        const int64_t t = block * 128 + threadIdx.x;
+        const int64_t t = comb * 128 + threadIdx.x;
         if (threadIdx.x < 128 && t < tokens) PreKind::comb_backward(t, a, HC);
       }
       return;
     }
-    block -= comb_blocks;
   }
   const int64_t t = block * (blockDim.x >> 5) + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
