@@ -254,6 +254,10 @@ void mix_backward(kc::MixKind kind, const std::string& where, const OpContext& c
                              gate.data_ptr<double>(), grad_x, part.data_ptr<float>(), p.t, hc, k.hidden, mix_consts(k),
                              s);
     check_launch(where, "mix_fused_bwd");
+    kc::launch_sum_splits(part.data_ptr<float>(), grad_fn, p.m * n, splits, s);
+    check_launch(where, "sum_splits");
+    kc::launch_mix_bwd_colsum(kind, gate.data_ptr<double>(), p.t, hc, grad_base, grad_scale, s);
+    check_launch(where, "colsum");
   } else {
     at::Tensor red = at::empty({p.t, 1 + k.hc}, f64);
     at::Tensor coef = at::empty({p.t, kc::mix_coef_width(kind)}, f32);
@@ -264,19 +268,18 @@ void mix_backward(kc::MixKind kind, const std::string& where, const OpContext& c
                               p.base.data_ptr<float>(), p.scale.data_ptr<float>(), gate.data_ptr<double>(),
                               pre_kind ? hist.data_ptr<float>() : nullptr, p.t, hc, k.hidden, mix_consts(k), s);
     check_launch(where, "mix_bwd_reduce");
+    at::Tensor arrivals = at::empty({kc::mix_bwd_arrivals(k.hidden)}, p.x.options().dtype(at::kInt));
+    unsigned* arrive = reinterpret_cast<unsigned*>(arrivals.data_ptr<int32_t>());
     kc::launch_mix_bwd_token(kind, mixes.data_ptr<float>(), red.data_ptr<double>(),
                              pre_kind ? g_post.data_ptr<float>() : nullptr, p.base.data_ptr<float>(),
-                             p.scale.data_ptr<float>(), coef.data_ptr<float>(), gate.data_ptr<double>(), p.t, hc,
-                             k.hidden, mix_consts(k), s);
+                             p.scale.data_ptr<float>(), coef.data_ptr<float>(), gate.data_ptr<double>(), arrive, p.t,
+                             hc, k.hidden, mix_consts(k), s);
     check_launch(where, pre_kind ? "mix_bwd_token<pre>" : "mix_bwd_token<head>");
     kc::launch_mix_bwd_dx_dfn(kind, p.dt, p.x.data_ptr(), g_y.data_ptr(), coef.data_ptr<float>(),
-                              p.fn.data_ptr<float>(), grad_x, part.data_ptr<float>(), p.t, hc, k.hidden, splits, s);
+                              p.fn.data_ptr<float>(), grad_x, part.data_ptr<float>(), p.t, hc, k.hidden, splits,
+                              {grad_fn, gate.data_ptr<double>(), grad_base, grad_scale, arrive}, s);
     check_launch(where, "mix_bwd_dx_dfn");
   }
-  kc::launch_sum_splits(part.data_ptr<float>(), grad_fn, p.m * n, splits, s);
-  check_launch(where, "sum_splits");
-  kc::launch_mix_bwd_colsum(kind, gate.data_ptr<double>(), p.t, hc, grad_base, grad_scale, s);
-  check_launch(where, "colsum");
 }
 
 Variant variant(std::string op, std::string id, std::string description,

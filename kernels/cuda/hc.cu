@@ -2138,10 +2138,63 @@ __global__ void __launch_bounds__(256) mix_bwd_reduce_kernel(const T* __restrict
 // per token instead (bwd_token_warp, the finishers' version: the same rows bit for bit, one function fewer) was slower
 // on an H100 at V4 dims: hc_pre 0.0203 -> 0.0230 ms, hc_head 0.0091 -> 0.0121 (3 runs of bench/hc_ab.sh;
 // reports/gpu/2026-11-28-h100-token-warp-stage-hints-ab.log): 32x the warps, each with 72 fp64 shuffles a token.
+// Block 0 also zeroes the n_arrivals counters that mix_bwd_dx_dfn_mma's finish counts on.
 template <class Kind, int HC>
-__global__ void __launch_bounds__(128) mix_bwd_token_kernel(MixBwdTokenArgs a) {
+__global__ void __launch_bounds__(128) mix_bwd_token_kernel(MixBwdTokenArgs a, unsigned* arrivals, int n_arrivals) {
+  if (blockIdx.x == 0)
+    for (int i = threadIdx.x; i < n_arrivals; i += blockDim.x) arrivals[i] = 0;
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t < a.tokens) Kind::bwd_token(t, a, HC);
+}
+
+// ---- the backward's sums over splits and tokens: grad_fn, grad_base, grad_scale ------------------------------------
+// Elements i .. i + V - 1 of grad_fn: their splits' partials (n apart) added in split order. Through L2 (ld.cg): the
+// last CTA of a column block reads what the others wrote (mix_bwd_dx_dfn_mma), four splits' loads in flight at once.
+template <int V>
+__device__ __forceinline__ void split_sum(const float* part, int64_t n, int64_t i, int splits, float* out) {
+  using Vec = std::conditional_t<V == 4, float4, float>;
+  float s[V] = {};
+#pragma unroll 4
+  for (int p = 0; p < splits; ++p) {
+    const Vec v = __ldcg(reinterpret_cast<const Vec*>(part + p * n + i));
+#pragma unroll
+    for (int e = 0; e < V; ++e) s[e] += reinterpret_cast<const float*>(&v)[e];
+  }
+  if constexpr (V == 4) *reinterpret_cast<float4*>(out + i) = make_float4(s[0], s[1], s[2], s[3]);
+  else out[i] = s[0];
+}
+
+// Column sums of the gate rows: [0, n_lo) -> out_lo; then column hi_col + j -> out_hi[j].
+struct ColsumArgs {
+  const double* in;
+  int64_t rows;
+  int ld;
+  float* out_lo;
+  int n_lo, hi_col;
+  float* out_hi;
+  int cols;  // n_lo + the scale count
+};
+
+// Column col_index by a block of 256 threads: thread i sums rows i, i+256, ... in order, then a fixed shared-memory
+// tree. In fp64: these are sums over every token of terms of both signs (grad_base, grad_scale), whose cancellation
+// made fp32 partials 5-30x less accurate than the naive composition at pack 16384 (measured on an H100); the column
+// is tiny, so fp64 is free here.
+__device__ void colsum_column(const ColsumArgs& a, int col_index, double* sh) {
+  const int col = col_index < a.n_lo ? col_index : a.hi_col + (col_index - a.n_lo);
+  double s = 0.0;
+#pragma unroll 8  // the loads of eight rows in flight at once; the sum keeps its order
+  for (int64_t r = threadIdx.x; r < a.rows; r += 256) s += a.in[r * a.ld + col];
+  __syncthreads();  // the previous column's sh[0] has been read
+  sh[threadIdx.x] = s;
+  __syncthreads();
+  for (int o = 128; o > 0; o >>= 1) {
+    if (threadIdx.x < o) sh[threadIdx.x] += sh[threadIdx.x + o];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    if (col_index < a.n_lo) a.out_lo[col_index] = float(sh[0]);
+    else a.out_hi[col_index - a.n_lo] = float(sh[0]);
+  }
 }
 
 // grad_x[t,k] = sum_m coef_m fn[m,k] - c x[t,k] + pre_h g_y[t,d]  (k = h*D + d; one rounding)
@@ -2338,7 +2391,7 @@ __global__ void __launch_bounds__(kDxThreads, 3)
 // fragments directly, a 4-byte store per row and 8 columns, half of every 32-byte sector went to L2 unused and
 // L2 throughput bounded the kernel: ncu, H100). Coefficient rows are padded to kDxCoefStride floats so that the
 // grad_fn operand's reads (4 tokens x 8 mixes) hit distinct banks.
-constexpr int kDxMmaThreads = 256, kDxMmaD = 64, kDxMmaTM = 16, kDxStages = 4, kDxCoefStride = 36;
+constexpr int kDxMmaThreads = 256, kDxMmaD = 64, kDxMmaTM = 16, kDxStages = 4, kDxCoefStride = 36, kDxMmaResident = 2;
 constexpr int kDxRowBytes = H4 * kDxMmaD * 2, kDxGyRowBytes = kDxMmaD * 2;
 constexpr int kDxStageBytes = kDxMmaTM * (kDxRowBytes + kDxGyRowBytes + kDxCoefStride * 4);
 constexpr size_t kDxMmaSmem = size_t(kDxStages) * kDxStageBytes;
@@ -2435,10 +2488,24 @@ __device__ __forceinline__ uint32_t dx_word(float d0, float d1, float c, uint32_
   return pack_bf2(fmaf(p, bf_lo(gy), fmaf(-c, bf_lo(x), d0)), fmaf(p, bf_hi(gy), fmaf(-c, bf_hi(x), d1)));
 }
 
-__global__ void __launch_bounds__(kDxMmaThreads, 2)
+// After its tiles, the sums that follow the backward, in the same launch: the last CTA of a column block to arrive
+// (arrivals[blockIdx.x], zero on entry and on exit) adds its splits' partials of grad_fn as sum_splits does, and
+// `colsum_blocks` blocks of the grid's last row (blockIdx.y == splits) sum the gate columns as colsum does, in the
+// slots the tiles' CTAs leave free (an H100: 264, the tiles' 256), so neither waits for the other. Against the two
+// launches after it (H100, bench/hc_ab.sh, 3 runs each, the same hashes at 37, 1001, 4096 and 16384 tokens;
+// reports/gpu/2026-11-28-h100-dx-sums-fold-ab.log): hc_pre's backward 0.7607 -> 0.7561 ms at V4 dims, 0.0890 -> 0.0826
+// at 1001 tokens. The last CTAs' sums one load at a time had cost more than the launches (0.7586 -> 0.7638 ms).
+struct DxFinish {
+  float* grad_fn;
+  unsigned* arrivals;
+  ColsumArgs colsum;
+  int colsum_blocks;
+};
+
+__global__ void __launch_bounds__(kDxMmaThreads, kDxMmaResident)
     mix_bwd_dx_dfn_mma_kernel(const bf16* __restrict__ x, const bf16* __restrict__ gy, const float* __restrict__ coef,
                               const float* __restrict__ fn, bf16* __restrict__ gx, float* __restrict__ part,
-                              int64_t tokens, int H, int D, int M, int64_t per_split) {
+                              int64_t tokens, int H, int D, int M, int64_t per_split, DxFinish f) {
   constexpr int MP = PreKind::MP, CW = PreKind::CW;
   static_assert(MP == 24, "the mixes are one k16 and one k8 step, three n-tiles of 8");
   static_assert(kDxMmaThreads == 32 * 2 * H4, "two warps per stream");
@@ -2451,6 +2518,12 @@ __global__ void __launch_bounds__(kDxMmaThreads, 2)
   const int64_t te = tb + per_split < tokens ? tb + per_split : tokens;
   const int tiles = te > tb ? int((te - tb + kDxMmaTM - 1) / kDxMmaTM) : 0;
   extern __shared__ __align__(16) unsigned char smem[];
+  const int splits = int(gridDim.y) - 1;
+  if (int(blockIdx.y) == splits) {
+    for (int c = blockIdx.x; c < f.colsum.cols && int(blockIdx.x) < f.colsum_blocks; c += f.colsum_blocks)
+      colsum_column(f.colsum, c, reinterpret_cast<double*>(smem));
+    return;
+  }
 
   // fn's 4 n-tiles of this warp as B fragments in two terms, for the whole launch.
   FnFrag fb[4];
@@ -2536,18 +2609,30 @@ __global__ void __launch_bounds__(kDxMmaThreads, 2)
     }
   }
   cp_async_wait<0>();
-  if (!live) return;
 
   // acc[mt][nt]: columns 16 mt + g (+8 for e >= 2), mixes 8 nt + 2q (+1 for odd e).
+  if (live)
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < 3; ++nt)
+      for (int nt = 0; nt < 3; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int m = 8 * nt + 2 * q + (e & 1), col = kw + 16 * mt + g + 8 * (e >> 1);
-        if (m < M) part[(int64_t(blockIdx.y) * M + m) * K + col] = acc[mt][nt][e];
-      }
+        for (int e = 0; e < 4; ++e) {
+          const int m = 8 * nt + 2 * q + (e & 1), col = kw + 16 * mt + g + 8 * (e >> 1);
+          if (m < M) part[(int64_t(blockIdx.y) * M + m) * K + col] = acc[mt][nt][e];
+        }
+  __threadfence();  // this CTA's partials, before its arrival
+  __syncthreads();
+  if (!__syncthreads_or(tid == 0 && atomicAdd(f.arrivals + blockIdx.x, 1u) == unsigned(splits - 1))) return;
+  __threadfence();  // the other splits' partials, after their arrivals
+  // Four columns a thread and step (a 64-column run is 16 of them), two steps' loads in flight.
+  constexpr int Q = kDxMmaD / 4;
+#pragma unroll 2
+  for (int e = tid; e < M * H * Q; e += kDxMmaThreads) {
+    const int m = e / (H * Q), c = e % (H * Q);
+    split_sum<4>(part, int64_t(M) * K, int64_t(m) * K + (c / Q) * D + d0 + 4 * (c % Q), splits, f.grad_fn);
+  }
+  if (tid == 0) f.arrivals[blockIdx.x] = 0;
 }
 
 // hc_pre's bf16 dx_dfn on the tensor cores: every CTA 64 hidden positions of all streams.
@@ -2571,14 +2656,18 @@ int once_per_device(const Key& key, Ask&& ask) {
   return cache[at] = answer;
 }
 
-// Warps a block of comb_backward_quad, at most `most`: the quads' warps spread over the device's SMs.
-int comb_warps_per_block(int64_t tokens, int most) {
-  const int sms = std::max(1, once_per_device(std::string("sm count"), [] {
+int sm_count() {
+  return std::max(1, once_per_device(std::string("sm count"), [] {
     int dev = 0, n = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
     return n;
   }));
+}
+
+// Warps a block of comb_backward_quad, at most `most`: the quads' warps spread over the device's SMs.
+int comb_warps_per_block(int64_t tokens, int most) {
+  const int sms = sm_count();
   const int64_t warps = (tokens * H4 + 31) / 32;
   return int(std::clamp<int64_t>((warps + sms - 1) / sms, 1, most));
 }
@@ -3106,35 +3195,13 @@ __global__ void __launch_bounds__(128) mix_comb_bwd_kernel(MixBwdTokenArgs a) {
 
 __global__ void __launch_bounds__(256) sum_splits_kernel(const float* __restrict__ part, float* __restrict__ out,
                                                          int64_t n, int splits) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    float s = 0.f;
-    for (int p = 0; p < splits; ++p) s += part[p * n + i];
-    out[i] = s;
-  }
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    split_sum<1>(part, n, i, splits, out);
 }
 
-// One CTA per column: thread i sums rows i, i+256, ... in order, then a fixed shared-memory tree. In fp64: these
-// are sums over every token of terms of both signs (grad_base, grad_scale), whose cancellation made fp32 partials
-// 5-30x less accurate than the naive composition at pack 16384 (measured on an H100); the column is tiny, so fp64 is
-// free here.
-__global__ void __launch_bounds__(256) colsum_kernel(const double* __restrict__ in, int64_t rows, int ld,
-                                                     float* __restrict__ out_lo, int n_lo, int hi_col,
-                                                     float* __restrict__ out_hi) {
+__global__ void __launch_bounds__(256) colsum_kernel(ColsumArgs a) {
   __shared__ double sh[256];
-  const int col_index = blockIdx.x;  // [0, n_lo): column col_index -> out_lo; then hi_col + (col_index - n_lo)
-  const int col = col_index < n_lo ? col_index : hi_col + (col_index - n_lo);
-  double s = 0.0;
-  for (int64_t r = threadIdx.x; r < rows; r += 256) s += in[r * ld + col];
-  sh[threadIdx.x] = s;
-  __syncthreads();
-  for (int o = 128; o > 0; o >>= 1) {
-    if (threadIdx.x < o) sh[threadIdx.x] += sh[threadIdx.x + o];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) {
-    if (col_index < n_lo) out_lo[col_index] = float(sh[0]);
-    else out_hi[col_index - n_lo] = float(sh[0]);
-  }
+  colsum_column(a, blockIdx.x, sh);
 }
 
 // -------------------------------------------------------------------------------------------------------------------
@@ -3210,7 +3277,7 @@ int64_t sinkhorn_hist_floats(int64_t tokens, int hc, int iters) {
 int mix_bwd_splits(MixKind kind, Dtype dt, int64_t tokens, int hc, int64_t hidden, int sm_count) {
   const int64_t k = int64_t(hc) * hidden;
   const bool mma = dx_dfn_mma_shape(kind, dt, hidden);
-  const int64_t resident = mma ? 2 : 3;
+  const int64_t resident = mma ? kDxMmaResident : 3;
   const int64_t kblocks = mma ? hidden / kDxMmaD : std::max<int64_t>(1, (k + 2 * kDxThreads - 1) / (2 * kDxThreads));
   // One wave of the resident CTAs (rounding up made a second, nearly empty wave: ~2x the time at V4 dims); a split of
   // fewer than 32 tokens is not worth its partial row.
@@ -3537,36 +3604,41 @@ void launch_mix_bwd_reduce(MixKind kind, Dtype dt, const void* x, const void* gr
 }
 
 void launch_mix_bwd_token(MixKind kind, const float* mixes, const double* red, const float* grad_post,
-                          const float* base, const float* scale, float* coef, double* gate_grads, int64_t tokens,
-                          int hc, int64_t hidden, MixConsts k, cudaStream_t stream) {
+                          const float* base, const float* scale, float* coef, double* gate_grads, unsigned* arrivals,
+                          int64_t tokens, int hc, int64_t hidden, MixConsts k, cudaStream_t stream) {
   check_hc(hc);
-  if (tokens == 0) return;
+  const int n_arrivals = arrivals ? int(mix_bwd_arrivals(hidden)) : 0;
+  if (tokens == 0 && n_arrivals == 0) return;
   const MixBwdTokenArgs a{mixes, red, grad_post, nullptr, base, scale, coef, gate_grads, nullptr, tokens,
                           int(hc * hidden), hc, mix_rows(kind, hc), k.hc_eps, k.rms_eps, k.post_mult,
                           k.sinkhorn_iters};
   with_kind(kind, [&](auto kind_tag) {
     using Kind = decltype(kind_tag);
     with_hc(hc, [&](auto h) {
-      mix_bwd_token_kernel<Kind, decltype(h)::value><<<ceil_div(tokens, 128), 128, 0, stream>>>(a);
+      mix_bwd_token_kernel<Kind, decltype(h)::value>
+          <<<std::max<int64_t>(1, ceil_div(tokens, 128)), 128, 0, stream>>>(a, arrivals, n_arrivals);
     });
   });
 }
 
-void launch_mix_bwd_dx_dfn(MixKind kind, Dtype dt, const void* x, const void* grad_y, const float* coef,
-                           const float* fn, void* grad_x, float* partial, int64_t tokens, int hc, int64_t hidden,
-                           int splits, cudaStream_t stream) {
-  check_hc(hc);
+int64_t mix_bwd_arrivals(int64_t hidden) { return ceil_div(hidden, int64_t(kDxMmaD)); }
+
+namespace {
+
+ColsumArgs colsum_args(MixKind kind, const double* gate_grads, int64_t tokens, int hc, float* grad_base,
+                       float* grad_scale) {
+  const int m = mix_rows(kind, hc);
+  return {gate_grads, tokens, mix_gate_width(kind), grad_base, m, kind == MixKind::pre ? PreKind::MP : HeadKind::MP,
+          grad_scale, m + mix_scale_count(kind)};
+}
+
+// The CUDA-core dx_dfn: every dtype, hidden and alignment.
+void launch_mix_bwd_dx_dfn_cuda_cores(MixKind kind, Dtype dt, const void* x, const void* grad_y, const float* coef,
+                                      const float* fn, void* grad_x, float* partial, int64_t tokens, int hc,
+                                      int64_t hidden, int splits, cudaStream_t stream) {
   const int K = int(hc * hidden);
   if (K == 0) return;
   const int64_t per_split = std::max<int64_t>(1, (tokens + splits - 1) / splits);
-  if (dx_dfn_mma_shape(kind, dt, hidden) && aligned(x, 16) && aligned(grad_y, 16) && aligned(coef, 16) &&
-      aligned(grad_x, 16) && dx_dfn_mma_ready()) {
-    const dim3 grid(unsigned(hidden / kDxMmaD), unsigned(splits));
-    mix_bwd_dx_dfn_mma_kernel<<<grid, kDxMmaThreads, kDxMmaSmem, stream>>>(
-        static_cast<const bf16*>(x), static_cast<const bf16*>(grad_y), coef, fn, static_cast<bf16*>(grad_x), partial,
-        tokens, hc, int(hidden), mix_rows(kind, hc), per_split);
-    return;
-  }
   const size_t el = dt == Dtype::bf16 ? 2 : 4;
   const bool pair = hidden % 2 == 0 && aligned(x, 2 * el) && aligned(grad_y, 2 * el) && aligned(grad_x, 2 * el);
   with_kind(kind, [&](auto kind_tag) {
@@ -3584,6 +3656,31 @@ void launch_mix_bwd_dx_dfn(MixKind kind, Dtype dt, const void* x, const void* gr
   });
 }
 
+}  // namespace
+
+void launch_mix_bwd_dx_dfn(MixKind kind, Dtype dt, const void* x, const void* grad_y, const float* coef,
+                           const float* fn, void* grad_x, float* partial, int64_t tokens, int hc, int64_t hidden,
+                           int splits, const MixBwdSums& sums, cudaStream_t stream) {
+  check_hc(hc);
+  const int K = int(hc * hidden);
+  if (K > 0 && sums.arrivals && dx_dfn_mma_shape(kind, dt, hidden) && aligned(x, 16) && aligned(grad_y, 16) &&
+      aligned(coef, 16) && aligned(grad_x, 16) && aligned(partial, 16) && aligned(sums.grad_fn, 16) &&
+      dx_dfn_mma_ready()) {
+    const ColsumArgs cs = colsum_args(kind, sums.gate_grads, tokens, hc, sums.grad_base, sums.grad_scale);
+    const int64_t per_split = std::max<int64_t>(1, (tokens + splits - 1) / splits);
+    const int blocks = int(hidden / kDxMmaD);
+    const int free_slots = kDxMmaResident * sm_count() - blocks * splits;
+    const DxFinish f{sums.grad_fn, sums.arrivals, cs, std::clamp(free_slots, 1, std::min(cs.cols, blocks))};
+    mix_bwd_dx_dfn_mma_kernel<<<dim3(unsigned(blocks), unsigned(splits + 1)), kDxMmaThreads, kDxMmaSmem, stream>>>(
+        static_cast<const bf16*>(x), static_cast<const bf16*>(grad_y), coef, fn, static_cast<bf16*>(grad_x), partial,
+        tokens, hc, int(hidden), mix_rows(kind, hc), per_split, f);
+    return;
+  }
+  launch_mix_bwd_dx_dfn_cuda_cores(kind, dt, x, grad_y, coef, fn, grad_x, partial, tokens, hc, hidden, splits, stream);
+  launch_sum_splits(partial, sums.grad_fn, int64_t(mix_rows(kind, hc)) * K, splits, stream);
+  launch_mix_bwd_colsum(kind, sums.gate_grads, tokens, hc, sums.grad_base, sums.grad_scale, stream);
+}
+
 void launch_sum_splits(const float* partial, float* out, int64_t n, int splits, cudaStream_t stream) {
   if (n == 0) return;
   const unsigned blocks = unsigned(std::min<int64_t>((n + 255) / 256, 4096));
@@ -3593,10 +3690,8 @@ void launch_sum_splits(const float* partial, float* out, int64_t n, int splits, 
 void launch_mix_bwd_colsum(MixKind kind, const double* gate_grads, int64_t tokens, int hc, float* grad_base,
                            float* grad_scale, cudaStream_t stream) {
   check_hc(hc);
-  const int m = mix_rows(kind, hc), ns = mix_scale_count(kind);
-  const int hi_col = kind == MixKind::pre ? PreKind::MP : HeadKind::MP;
-  colsum_kernel<<<unsigned(m + ns), 256, 0, stream>>>(gate_grads, tokens, mix_gate_width(kind), grad_base, m,
-                                                      hi_col, grad_scale);
+  const ColsumArgs cs = colsum_args(kind, gate_grads, tokens, hc, grad_base, grad_scale);
+  colsum_kernel<<<unsigned(cs.cols), 256, 0, stream>>>(cs);
 }
 
 void launch_sinkhorn_divide(const float* numerators, const float* denominators, float* quotients, int64_t lines,

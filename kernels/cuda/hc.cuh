@@ -94,7 +94,7 @@ void launch_mix_fused_bwd(MixKind kind, const void* x, const void* grad_y, const
                           const float* fn, const float* base, const float* scale, double* gate_grads, void* grad_x,
                           float* partial, int64_t tokens, int hc, int64_t hidden, MixConsts k, cudaStream_t stream);
 
-// ---- hc_pre / hc_head backward: reduce -> token -> dx_dfn -> sum_splits + colsum ---------------------------------
+// ---- hc_pre / hc_head backward: reduce -> token -> dx_dfn (with sum_splits + colsum) -----------------------------
 // red[t] = { sum x^2, <grad_y, x_h> for h < H }   (red: [T, 1+H], fp64); hc_pre also the Sinkhorn backward, which
 // needs no x: d loss / d comb logits into gate_grads[t]'s comb entries (the forward recomputed, its history in
 // `hist`). mixes, grad_comb, base, scale, gate_grads, hist and k: hc_pre only (head: null).
@@ -103,15 +103,28 @@ void launch_mix_bwd_reduce(MixKind kind, Dtype dt, const void* x, const void* gr
                            float* hist, int64_t tokens, int hc, int64_t hidden, MixConsts k, cudaStream_t stream);
 // Per token (one thread each), after launch_mix_bwd_reduce: the gate backward (sigmoids), giving coef[t] = { r*g_mixes
 // (padded), c = r^2/(HD) <g_mixes, mixes>, pre_h } and gate_grads[t] = { d loss/d logit (padded), per-scale terms }.
-// grad_post: hc_pre only.
+// grad_post: hc_pre only. Also zeroes arrivals[0, mix_bwd_arrivals(hidden)) for launch_mix_bwd_dx_dfn (null: none).
 void launch_mix_bwd_token(MixKind kind, const float* mixes, const double* red, const float* grad_post,
-                          const float* base, const float* scale, float* coef, double* gate_grads, int64_t tokens,
-                          int hc, int64_t hidden, MixConsts k, cudaStream_t stream);
+                          const float* base, const float* scale, float* coef, double* gate_grads, unsigned* arrivals,
+                          int64_t tokens, int hc, int64_t hidden, MixConsts k, cudaStream_t stream);
+// The counters launch_mix_bwd_dx_dfn's tensor-core kernel needs (one per 64 hidden positions).
+int64_t mix_bwd_arrivals(int64_t hidden);
+// What follows dx_dfn: grad_fn = the splits' partials summed (launch_sum_splits), grad_base and grad_scale = gate_grads'
+// column sums (launch_mix_bwd_colsum). arrivals: mix_bwd_arrivals counters, zero on entry (launch_mix_bwd_token) and
+// left zero; null: the two sums run as launches of their own.
+struct MixBwdSums {
+  float* grad_fn;
+  const double* gate_grads;
+  float* grad_base;
+  float* grad_scale;
+  unsigned* arrivals;
+};
 // grad_x = r (g_mixes @ fn) - c x + pre_h grad_y (one rounding); partial[s] = sum over split s of (r g_mixes)^T x.
-// partial: [splits, M, H*D]. Launches even when tokens == 0 (the partials are then zeros).
+// partial: [splits, M, H*D]. Launches even when tokens == 0 (the partials are then zeros). Then `sums`, in the same
+// launch where the tensor-core kernel runs (hc_pre, bf16, hidden a multiple of 64), else in launches of their own.
 void launch_mix_bwd_dx_dfn(MixKind kind, Dtype dt, const void* x, const void* grad_y, const float* coef,
                            const float* fn, void* grad_x, float* partial, int64_t tokens, int hc, int64_t hidden,
-                           int splits, cudaStream_t stream);
+                           int splits, const MixBwdSums& sums, cudaStream_t stream);
 // out[i] = sum_{s < splits} partial[s * n + i], s in order.
 void launch_sum_splits(const float* partial, float* out, int64_t n, int splits, cudaStream_t stream);
 // Column sums of gate_grads [T, width] in a fixed order: grad_base[m] = col m (m < M), grad_scale[g] = col

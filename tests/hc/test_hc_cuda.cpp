@@ -298,7 +298,8 @@ TEST(HcFusedBackward, TakenAtV4DimsOnHopperOnly) {
 // coefficients, whose fp64 row sums differ only in their order, so grad_x may differ by a bf16 ULP where a coefficient
 // lands on another fp32 rounding (on the H200: no element of 4.3M or 67M did); grad_fn sums its tokens in other splits;
 // grad_base and grad_scale sum the same fp64 gate rows. 257 tokens: 17 tiles over 7 clusters, the last tile one token;
-// 4099: the ring and the slots wrap many times, the last tile three tokens.
+// 4099: the ring and the slots wrap many times, the last tile three tokens. The two passes run twice: with the sums in
+// dx_dfn_mma's launch (its arrivals counters, which it must leave zero) and as launches of their own, the same bits.
 TEST(HcFusedBackward, PreOnePassAgreesWithTwoPass) {
   if (const auto why = skip_reason()) GTEST_SKIP() << *why;
 #ifdef PARITY_WITH_CUDA
@@ -321,7 +322,12 @@ TEST(HcFusedBackward, PreOnePassAgreesWithTwoPass) {
     const at::Tensor mixes = at::randn({tokens, kMixes}, f32), fn = at::randn({kMixes, kK}, f32) * 0.02;
     const at::Tensor base = at::randn({kMixes}, f32), scale = at::randn({3}, f32) * 0.3 + 1.0;
     const at::Tensor g_post = at::randn({tokens, kHc}, f32), g_comb = at::randn({tokens, kHc, kHc}, f32);
-    const auto run = [&](bool one_pass) {
+    enum class Pass { one, two, two_sums_apart };
+    at::Tensor arrivals = at::empty({kc::mix_bwd_arrivals(kHidden)}, f32.dtype(at::kInt));
+    const auto run = [&](Pass pass) {
+      const bool one_pass = pass == Pass::one;
+      unsigned* arrive =
+          pass == Pass::two ? reinterpret_cast<unsigned*>(arrivals.fill_(-1).data_ptr<int32_t>()) : nullptr;
       constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();  // poison: every element must be written
       at::Tensor gx = at::full({tokens, kHc, kHidden}, kNaN, f32).to(at::kBFloat16);
       at::Tensor gfn = at::full({kMixes, kK}, kNaN, f32), gbase = at::full({kMixes}, kNaN, f32);
@@ -339,6 +345,9 @@ TEST(HcFusedBackward, PreOnePassAgreesWithTwoPass) {
                                  g_post.data_ptr<float>(), fn.data_ptr<float>(), base.data_ptr<float>(),
                                  scale.data_ptr<float>(), gate.data_ptr<double>(), gx.data_ptr(),
                                  part.data_ptr<float>(), tokens, kHc, kHidden, k, s);
+        kc::launch_sum_splits(part.data_ptr<float>(), gfn.data_ptr<float>(), kMixes * kK, splits, s);
+        kc::launch_mix_bwd_colsum(kc::MixKind::pre, gate.data_ptr<double>(), tokens, kHc, gbase.data_ptr<float>(),
+                                  gscale.data_ptr<float>(), s);
       } else {
         at::Tensor red = at::empty({tokens, 1 + kHc}, f64);
         at::Tensor coef = at::empty({tokens, kc::mix_coef_width(kc::MixKind::pre)}, f32);
@@ -348,19 +357,31 @@ TEST(HcFusedBackward, PreOnePassAgreesWithTwoPass) {
                                   hist.data_ptr<float>(), tokens, kHc, kHidden, k, s);
         kc::launch_mix_bwd_token(kc::MixKind::pre, mixes.data_ptr<float>(), red.data_ptr<double>(),
                                  g_post.data_ptr<float>(), base.data_ptr<float>(), scale.data_ptr<float>(),
-                                 coef.data_ptr<float>(), gate.data_ptr<double>(), tokens, kHc, kHidden, k, s);
-        kc::launch_mix_bwd_dx_dfn(kc::MixKind::pre, kc::Dtype::bf16, x.data_ptr(), gy.data_ptr(),
-                                  coef.data_ptr<float>(), fn.data_ptr<float>(), gx.data_ptr(), part.data_ptr<float>(),
-                                  tokens, kHc, kHidden, splits, s);
+                                 coef.data_ptr<float>(), gate.data_ptr<double>(), arrive, tokens, kHc, kHidden, k, s);
+        const auto dx_dfn = [&] {
+          kc::launch_mix_bwd_dx_dfn(kc::MixKind::pre, kc::Dtype::bf16, x.data_ptr(), gy.data_ptr(),
+                                    coef.data_ptr<float>(), fn.data_ptr<float>(), gx.data_ptr(),
+                                    part.data_ptr<float>(), tokens, kHc, kHidden, splits,
+                                    {gfn.data_ptr<float>(), gate.data_ptr<double>(), gbase.data_ptr<float>(),
+                                     gscale.data_ptr<float>(), arrive},
+                                    s);
+        };
+        dx_dfn();
+        if (arrive) {  // again alone, on the counters it must have left zero: grad_fn written again, the same bits
+          const at::Tensor first = gfn.clone();
+          gfn.fill_(kNaN);
+          dx_dfn();
+          EXPECT_TRUE(at::equal(first.view(at::kInt), gfn.view(at::kInt))) << tokens << " tokens: dx_dfn again";
+        }
       }
-      kc::launch_sum_splits(part.data_ptr<float>(), gfn.data_ptr<float>(), kMixes * kK, splits, s);
-      kc::launch_mix_bwd_colsum(kc::MixKind::pre, gate.data_ptr<double>(), tokens, kHc, gbase.data_ptr<float>(),
-                                gscale.data_ptr<float>(), s);
       EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
       return std::vector<at::Tensor>{gx.cpu(), gfn.cpu(), gbase.cpu(), gscale.cpu()};
     };
-    const std::vector<at::Tensor> one = run(true), two = run(false);
+    const std::vector<at::Tensor> one = run(Pass::one), two = run(Pass::two), apart = run(Pass::two_sums_apart);
     const std::string at_shape = fmt::format("{} tokens", tokens);
+    for (int o = 0; o < 4; ++o)
+      EXPECT_TRUE(at::equal(two[o].view(at::kShort), apart[o].view(at::kShort)))
+          << at_shape << ", output " << o << ": the sums in dx_dfn's launch differ from their own launches'";
     // grad_x: every element written (no NaN left of the poison), and within one bf16 ULP of the two-pass one.
     const auto* a = static_cast<const int16_t*>(one[0].data_ptr());
     const auto* b = static_cast<const int16_t*>(two[0].data_ptr());
