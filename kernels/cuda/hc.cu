@@ -2488,13 +2488,15 @@ __device__ __forceinline__ uint32_t dx_word(float d0, float d1, float c, uint32_
   return pack_bf2(fmaf(p, bf_lo(gy), fmaf(-c, bf_lo(x), d0)), fmaf(p, bf_hi(gy), fmaf(-c, bf_hi(x), d1)));
 }
 
-// After its tiles, the sums that follow the backward, in the same launch: the last CTA of a column block to arrive
-// (arrivals[blockIdx.x], zero on entry and on exit) adds its splits' partials of grad_fn as sum_splits does, and
-// `colsum_blocks` blocks of the grid's last row (blockIdx.y == splits) sum the gate columns as colsum does, in the
-// slots the tiles' CTAs leave free (an H100: 264, the tiles' 256), so neither waits for the other. Against the two
+// After its tiles, the sums that follow the backward, in the same launch (unless arrivals is null): the last CTA of a
+// column block to arrive (arrivals[blockIdx.x], zero on entry and on exit) adds its splits' partials of grad_fn as
+// sum_splits does, and `colsum_blocks` blocks of the grid's last row (blockIdx.y == splits) sum the gate columns as
+// colsum does, in the slots the tiles' CTAs leave free (an H100: 264, the tiles' 256), so neither waits for the other. Against the two
 // launches after it (H100, bench/hc_ab.sh, 3 runs each, the same hashes at 37, 1001, 4096 and 16384 tokens;
 // reports/gpu/2026-11-28-h100-dx-sums-fold-ab.log): hc_pre's backward 0.7607 -> 0.7561 ms at V4 dims, 0.0890 -> 0.0826
-// at 1001 tokens. The last CTAs' sums one load at a time had cost more than the launches (0.7586 -> 0.7638 ms).
+// at 1001 tokens. The last CTAs' sums one load at a time had cost more than the launches (0.7586 -> 0.7638 ms). The
+// colsum row was first as wide as the column blocks: at hidden 64 one block summed all 27 columns, and the history
+// gate found hc_pre/hf_tiny_bf16's backward x1.089 slower (run52, H100); the grid is now as wide as either row needs.
 struct DxFinish {
   float* grad_fn;
   unsigned* arrivals;
@@ -2518,12 +2520,13 @@ __global__ void __launch_bounds__(kDxMmaThreads, kDxMmaResident)
   const int64_t te = tb + per_split < tokens ? tb + per_split : tokens;
   const int tiles = te > tb ? int((te - tb + kDxMmaTM - 1) / kDxMmaTM) : 0;
   extern __shared__ __align__(16) unsigned char smem[];
-  const int splits = int(gridDim.y) - 1;
+  const int splits = int(gridDim.y) - (f.arrivals ? 1 : 0);
   if (int(blockIdx.y) == splits) {
     for (int c = blockIdx.x; c < f.colsum.cols && int(blockIdx.x) < f.colsum_blocks; c += f.colsum_blocks)
       colsum_column(f.colsum, c, reinterpret_cast<double*>(smem));
     return;
   }
+  if (d0 >= D) return;  // the grid is as wide as the larger of its two rows
 
   // fn's 4 n-tiles of this warp as B fragments in two terms, for the whole launch.
   FnFrag fb[4];
@@ -2621,6 +2624,7 @@ __global__ void __launch_bounds__(kDxMmaThreads, kDxMmaResident)
           const int m = 8 * nt + 2 * q + (e & 1), col = kw + 16 * mt + g + 8 * (e >> 1);
           if (m < M) part[(int64_t(blockIdx.y) * M + m) * K + col] = acc[mt][nt][e];
         }
+  if (!f.arrivals) return;
   __threadfence();  // this CTA's partials, before its arrival
   __syncthreads();
   if (!__syncthreads_or(tid == 0 && atomicAdd(f.arrivals + blockIdx.x, 1u) == unsigned(splits - 1))) return;
@@ -3663,20 +3667,23 @@ void launch_mix_bwd_dx_dfn(MixKind kind, Dtype dt, const void* x, const void* gr
                            int splits, const MixBwdSums& sums, cudaStream_t stream) {
   check_hc(hc);
   const int K = int(hc * hidden);
-  if (K > 0 && sums.arrivals && dx_dfn_mma_shape(kind, dt, hidden) && aligned(x, 16) && aligned(grad_y, 16) &&
-      aligned(coef, 16) && aligned(grad_x, 16) && aligned(partial, 16) && aligned(sums.grad_fn, 16) &&
-      dx_dfn_mma_ready()) {
+  if (K > 0 && dx_dfn_mma_shape(kind, dt, hidden) && aligned(x, 16) && aligned(grad_y, 16) && aligned(coef, 16) &&
+      aligned(grad_x, 16) && dx_dfn_mma_ready()) {
+    const bool fold = sums.arrivals && aligned(partial, 16) && aligned(sums.grad_fn, 16);
     const ColsumArgs cs = colsum_args(kind, sums.gate_grads, tokens, hc, sums.grad_base, sums.grad_scale);
     const int64_t per_split = std::max<int64_t>(1, (tokens + splits - 1) / splits);
     const int blocks = int(hidden / kDxMmaD);
-    const int free_slots = kDxMmaResident * sm_count() - blocks * splits;
-    const DxFinish f{sums.grad_fn, sums.arrivals, cs, std::clamp(free_slots, 1, std::min(cs.cols, blocks))};
-    mix_bwd_dx_dfn_mma_kernel<<<dim3(unsigned(blocks), unsigned(splits + 1)), kDxMmaThreads, kDxMmaSmem, stream>>>(
+    const int cs_blocks = std::clamp(kDxMmaResident * sm_count() - blocks * splits, 1, cs.cols);
+    const DxFinish f{sums.grad_fn, fold ? sums.arrivals : nullptr, cs, cs_blocks};
+    const dim3 grid(unsigned(fold ? std::max(blocks, cs_blocks) : blocks), unsigned(splits + (fold ? 1 : 0)));
+    mix_bwd_dx_dfn_mma_kernel<<<grid, kDxMmaThreads, kDxMmaSmem, stream>>>(
         static_cast<const bf16*>(x), static_cast<const bf16*>(grad_y), coef, fn, static_cast<bf16*>(grad_x), partial,
         tokens, hc, int(hidden), mix_rows(kind, hc), per_split, f);
-    return;
+    if (fold) return;
+  } else {
+    launch_mix_bwd_dx_dfn_cuda_cores(kind, dt, x, grad_y, coef, fn, grad_x, partial, tokens, hc, hidden, splits,
+                                     stream);
   }
-  launch_mix_bwd_dx_dfn_cuda_cores(kind, dt, x, grad_y, coef, fn, grad_x, partial, tokens, hc, hidden, splits, stream);
   launch_sum_splits(partial, sums.grad_fn, int64_t(mix_rows(kind, hc)) * K, splits, stream);
   launch_mix_bwd_colsum(kind, sums.gate_grads, tokens, hc, sums.grad_base, sums.grad_scale, stream);
 }
