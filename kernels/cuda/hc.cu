@@ -85,7 +85,9 @@ percentages are one-pass bytes over time, against the copy rate):
           token kernel 0.795 ms (51%: token 0.113 -> 0.067 ms; 0.099 -> 0.043 at 257 tokens, a single thread's chain);
           with the Sinkhorn backward beside the reduce 0.780 ms (52%); that Sinkhorn by quads from register
           checkpoints (comb_backward_quad) 0.7746 -> 0.7668 ms (reduce 0.2641 -> 0.2560; bench/hc_ab.sh, the
-          same bits; reports/gpu/2026-11-28-h100-comb-bwd-quad-ab.log and -small-t-ab.log)
+          same bits; reports/gpu/2026-11-28-h100-comb-bwd-quad-ab.log and -small-t-ab.log); those blocks
+          interleaved with the reduce's 0.7686 -> 0.7542 ms (reduce 0.2570 -> 0.2407); grad_fn's and the gates'
+          sums inside dx_dfn_mma's launch 0.7607 -> 0.7561 ms (`parity run --perf` 0.7540 ms, 53.8%: run53)
   hc_head fwd 0.453 ms (50%), fused with TMA + ldmatrix 0.358 ms (62%), st.async 0.258 ms (87%; `parity run
           --perf` 0.243 ms, 92%), two slots of warp partials 0.241 -> 0.237 (`parity run --perf` 0.238 ms, 94%), fn
           before the ring (see hc_pre) 0.2370 -> 0.2336 (`parity run --perf` 0.2351 ms, 95%);
@@ -2491,12 +2493,13 @@ __device__ __forceinline__ uint32_t dx_word(float d0, float d1, float c, uint32_
 // After its tiles, the sums that follow the backward, in the same launch (unless arrivals is null): the last CTA of a
 // column block to arrive (arrivals[blockIdx.x], zero on entry and on exit) adds its splits' partials of grad_fn as
 // sum_splits does, and `colsum_blocks` blocks of the grid's last row (blockIdx.y == splits) sum the gate columns as
-// colsum does, in the slots the tiles' CTAs leave free (an H100: 264, the tiles' 256), so neither waits for the other. Against the two
-// launches after it (H100, bench/hc_ab.sh, 3 runs each, the same hashes at 37, 1001, 4096 and 16384 tokens;
-// reports/gpu/2026-11-28-h100-dx-sums-fold-ab.log): hc_pre's backward 0.7607 -> 0.7561 ms at V4 dims, 0.0890 -> 0.0826
-// at 1001 tokens. The last CTAs' sums one load at a time had cost more than the launches (0.7586 -> 0.7638 ms). The
-// colsum row was first as wide as the column blocks: at hidden 64 one block summed all 27 columns, and the history
-// gate found hc_pre/hf_tiny_bf16's backward x1.089 slower (run52, H100); the grid is now as wide as either row needs.
+// colsum does, in the slots the tiles' CTAs leave free (an H100: 264, the tiles' 256), so neither waits for the
+// other. Against the two launches after it (H100, bench/hc_ab.sh, 3 runs each, the same hashes at 37, 1001, 4096 and
+// 16384 tokens; reports/gpu/2026-11-28-h100-dx-sums-fold-ab.log): hc_pre's backward 0.7607 -> 0.7561 ms at V4 dims,
+// 0.0890 -> 0.0826 at 1001 tokens. The last CTAs' sums one load at a time had cost more than the launches (0.7586 ->
+// 0.7638 ms). The colsum row was first as wide as the column blocks: at hidden 64 one block summed all 27 columns, and
+// the history gate found hc_pre/hf_tiny_bf16's backward x1.089 slower (run52, H100); the grid is now as wide as
+// either row needs (run53: x0.877 against run52).
 struct DxFinish {
   float* grad_fn;
   unsigned* arrivals;

@@ -109,9 +109,9 @@ void launch_mix_bwd_token(MixKind kind, const float* mixes, const double* red, c
                           int64_t tokens, int hc, int64_t hidden, MixConsts k, cudaStream_t stream);
 // The counters launch_mix_bwd_dx_dfn's tensor-core kernel needs (one per 64 hidden positions).
 int64_t mix_bwd_arrivals(int64_t hidden);
-// What follows dx_dfn: grad_fn = the splits' partials summed (launch_sum_splits), grad_base and grad_scale = gate_grads'
-// column sums (launch_mix_bwd_colsum). arrivals: mix_bwd_arrivals counters, zero on entry (launch_mix_bwd_token) and
-// left zero; null: the two sums run as launches of their own.
+// What follows dx_dfn: grad_fn = the splits' partials summed (launch_sum_splits), grad_base and grad_scale =
+// gate_grads' column sums (launch_mix_bwd_colsum). arrivals: mix_bwd_arrivals counters, zero on entry
+// (launch_mix_bwd_token) and left zero; null: the two sums run as launches of their own.
 struct MixBwdSums {
   float* grad_fn;
   const double* gate_grads;
