@@ -520,6 +520,22 @@ TEST(GateBaselines, EagerTheSameOverridesHostProbesThatMoved) {
   EXPECT_EQ(gate_verdict(base, step_doc(6.0, 1.2, "", 7.2)).verdict, Verdict::not_comparable);
 }
 
+// Eager too noisy to call its x1.2 a change (SAME) still explains most of a path's x1.4 (the CI VM under ctest -j 2:
+// an unchanged path x1.41 beside eager x1.24); a path at x2, x1.67 at eager's speed, is judged all the same.
+TEST(GateBaselines, EagerTheSameStillExplainsAShiftAtItsSpeed) {
+  const auto doc = [](double path, double eager) {
+    return case_doc({timed("planted:slow", "fwd", path), timed("eager", "fwd", eager, 0.6)});
+  };
+  const nlohmann::json base = doc(3.0, 1.0);
+  PerfVerdict v = gate_verdict(base, doc(4.2, 1.2));
+  EXPECT_EQ(v.verdict, Verdict::not_comparable) << v.reason;
+  EXPECT_NE(v.reason.find("not at the speed of eager beside it (the same code in both, SAME x1.200"),
+            std::string::npos)
+      << v.reason;
+  EXPECT_EQ(gate_verdict(base, doc(6.0, 1.2)).verdict, Verdict::slower);
+  EXPECT_EQ(gate_verdict(base, doc(4.2, 1.0)).verdict, Verdict::slower);  // eager unmoved: the path moved
+}
+
 // Where eager in the path's direction cannot say (too noisy: AMBIGUOUS), eager in the other direction of the same
 // runs is the control: a tiny backward at x1.6 beside eager fwd x1.28 was the machine (run12 on an H100; here x1.59
 // beside x1.4, the CPU threshold being 25%), and a path that moved beyond it is judged all the same.

@@ -121,9 +121,11 @@ PerfVerdict compare_perf(const HistoryRecord& baseline, const HistoryRecord& can
 //                  (its timings divided by eager's ratio), and more than kBeyondControl times eager's shift in log
 //                  (hc_pre bwd x0.586 with its dx_dfn on the tensor cores, eager x0.928 beside it: H100 instances);
 //   SAME           the host ran at the same speed: the path is judged on its samples alone too, its host probes
-//                  neither refusing nor rescaling it. The probe (8 us, cache-resident) moves between processes on
-//                  its own: on the 2-core VM 4.8 us in some processes and 7.2 in others, 4 gates of 10 refused as
-//                  NOT-COMPARABLE (probes 1.3-1.8x apart) with eager x0.96-1.10 beside the path;
+//                  neither refusing nor rescaling it; but a SLOWER or FASTER path that is not one at eager's speed
+//                  too is NOT-COMPARABLE (eager's noise can hide a shift that explains the path's). The probe (8 us,
+//                  cache-resident) moves between processes on its own: on the 2-core VM 4.8 us in some processes
+//                  and 7.2 in others, 4 gates of 10 refused as NOT-COMPARABLE (probes 1.3-1.8x apart) with eager
+//                  x0.96-1.10 beside the path;
 //   otherwise      compare_perf's verdict, probes included; but a SLOWER or FASTER one is judged as under
 //                  SLOWER/FASTER above against any shift of eager that its [q1,q3] intervals and the U test show,
 //                  however small (run27 on an H100 host under ctest -j 8: the same code x1.37, SLOWER, beside eager
