@@ -84,8 +84,9 @@ Baseline baseline_from_json(const nlohmann::json& j, const fs::path& path) {
   if (records == j.end() || !records->is_array()) fail(path, "records", "must be an array");
   for (size_t i = 0; i < records->size(); ++i) {
     HistoryRecord r = history_record_from_json((*records)[i], fmt::format("{}: records[{}]", path.string(), i));
-    const std::string key = r.key();
-    if (!b.records.emplace(key, std::move(r)).second) fail(path, fmt::format("records[{}]", i), "duplicate key " + key);
+    const std::string key = baseline_key(r);
+    if (!b.records.emplace(key, std::move(r)).second)
+      fail(path, fmt::format("records[{}]", i), "duplicate key and device " + key);
   }
   if (const auto u = j.find("updates"); u != j.end()) {
     if (!u->is_array()) fail(path, "updates", "must be an array");
@@ -133,6 +134,8 @@ std::string json_lines(const Items& items, ToLine to_line) {
 }
 
 }  // namespace
+
+std::string baseline_key(const HistoryRecord& r) { return r.key() + "|" + r.device; }
 
 Baseline read_baseline(const fs::path& path) {
   Baseline b;
@@ -198,7 +201,7 @@ UpdateSummary update_baselines(const fs::path& dir, const nlohmann::json& result
     const std::string commit = records.front().commit;  // stamped from the results' environment
     for (auto& r : records) {
       summary.keys.push_back(r.key());
-      b.records[r.key()] = std::move(r);
+      b.records[baseline_key(r)] = std::move(r);
     }
     b.updates.push_back({who, what, why, now_utc(), commit});
     write_baseline(b);

@@ -355,11 +355,16 @@ nlohmann::json to_json(const BaselineComparison& c, AmbiguousMode mode) {
   return j;
 }
 
+// r's baseline: the record of its key taken on its device, else one taken on another (which the comparison then
+// reports as not comparable), else none.
 const HistoryRecord* baseline_record(const std::map<std::string, Baseline>& baselines, const HistoryRecord& r) {
   const auto b = baselines.find(op_of(r.case_id));
   if (b == baselines.end()) return nullptr;
-  const auto it = b->second.records.find(r.key());
-  return it == b->second.records.end() ? nullptr : &it->second;
+  const auto& records = b->second.records;
+  if (const auto it = records.find(baseline_key(r)); it != records.end()) return &it->second;
+  const std::string key = r.key();
+  const auto it = records.lower_bound(key);
+  return it != records.end() && it->second.key() == key ? &it->second : nullptr;
 }
 
 // A path that could not be timed leaves the gate without the evidence it was asked for: a harness error.

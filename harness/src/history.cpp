@@ -52,13 +52,15 @@ std::string read_file(const fs::path& p) {
   return s.str();
 }
 
-// The device a case's paths were timed on; without perf, the environment's GPU ("name, driver" from nvidia-smi).
+// The device a case's paths were timed on; without perf, the environment's GPU ("name, driver" from nvidia-smi), and
+// without a GPU the CPU platform (results.hpp cpu_platform; "none" in documents written before it was recorded).
 std::pair<std::string, std::string> device_of(const json& case_j, const json& env) {
   if (const auto perf = case_j.find("perf"); perf != case_j.end() && perf->contains("ceilings")) {
     const json& c = perf->at("ceilings");
     return {c.value("device", ""), c.value("driver", "")};
   }
   const std::string gpu = env.value("gpu", "");
+  if (gpu == "none" && env.contains("cpu")) return {env.at("cpu").get<std::string>(), ""};
   const size_t comma = gpu.find(", ");
   if (comma == std::string::npos) return {gpu, ""};
   return {gpu.substr(0, comma), gpu.substr(comma + 2)};

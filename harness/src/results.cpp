@@ -5,6 +5,7 @@
 #include <parity/results.hpp>
 
 #include <fmt/format.h>
+#include <ATen/Version.h>
 #include <torch/version.h>
 
 #include <cmath>
@@ -28,6 +29,18 @@ std::string shell(const char* cmd) {
 }
 
 }  // namespace
+
+std::string cpu_platform() {
+  std::string vendor = "unknown-vendor";
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("vendor_id", 0) == 0) {
+      const auto start = line.find_first_not_of(" \t", line.find(':') + 1);
+      if (start != std::string::npos) vendor = line.substr(start);
+      break;
+    }
+  return fmt::format("cpu {} {}", vendor, at::get_cpu_capability());
+}
 
 nlohmann::json environment() {
   nlohmann::json env;
@@ -53,6 +66,7 @@ nlohmann::json environment() {
                    ? shell("nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1")
                    : "none";
   env["cuda_runtime"] = cuda_available() ? shell("nvidia-smi 2>/dev/null | grep -o 'CUDA Version: [0-9.]*' | head -1") : "";
+  env["cpu"] = cpu_platform();
   env["host"] = shell("hostname");
   env["date"] = shell("date -u +%Y-%m-%dT%H:%M:%SZ");
   return env;

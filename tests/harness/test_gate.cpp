@@ -209,8 +209,11 @@ TEST(GateBaselines, NumbersThatGrewAreRegressionsOnTheSameDeviceOnly) {
   ASSERT_EQ(records.size(), 1u);
   HistoryRecord base = records[0];
   base.numerics.at("out vs ref:fp64").max_ulp = 1;
+  // Without a GPU the run's device is its CPU platform: the order its LibTorch sums in.
+  EXPECT_EQ(base.device, cpu_platform());
+  EXPECT_CONTAINS(base.device, "cpu ");
   Baseline b;
-  b.records[base.key()] = base;
+  b.records[baseline_key(base)] = base;
 
   auto cmp = compare_with_baselines(doc, {{"hc_post", b}});
   ASSERT_EQ(cmp.size(), 1u);
@@ -219,10 +222,23 @@ TEST(GateBaselines, NumbersThatGrewAreRegressionsOnTheSameDeviceOnly) {
   EXPECT_EQ(cmp[0].regressions[0].metric, "max_ulp");
   EXPECT_FALSE(cmp[0].perf);  // neither side timed
 
-  b.records[base.key()].device = "another device";
+  // The same key taken on another CPU platform too, with smaller numbers: the run's own platform's record decides.
+  HistoryRecord other = base;
+  other.device = "cpu AuthenticAMD AVX512-elsewhere";
+  other.numerics.at("out vs ref:fp64").max_ulp = 0;
+  b.records[baseline_key(other)] = other;
+  base.numerics.at("out vs ref:fp64").max_ulp = 2;
+  b.records[baseline_key(base)] = base;
   cmp = compare_with_baselines(doc, {{"hc_post", b}});
   EXPECT_TRUE(cmp[0].regressions.empty());
-  EXPECT_CONTAINS(cmp[0].numerics_not_comparable, "baseline numbers from device 'another device'");
+  EXPECT_TRUE(cmp[0].numerics_not_comparable.empty());
+
+  // Only another platform's record: not compared, and said so.
+  b.records.erase(baseline_key(base));
+  cmp = compare_with_baselines(doc, {{"hc_post", b}});
+  EXPECT_TRUE(cmp[0].has_baseline);
+  EXPECT_TRUE(cmp[0].regressions.empty());
+  EXPECT_CONTAINS(cmp[0].numerics_not_comparable, "baseline numbers from device 'cpu AuthenticAMD AVX512-elsewhere'");
 
   cmp = compare_with_baselines(doc, {});
   EXPECT_FALSE(cmp[0].has_baseline);
@@ -399,17 +415,20 @@ HistoryRecord record(const std::string& case_id, int64_t max_ulp) {
 TEST_F(BaselineFile, RoundTripsOneRecordPerLine) {
   Baseline b;
   b.path = dir_ / "hc_post.json";
-  for (const auto& r : {record("hc_post/b", 2), record("hc_post/a", 1)}) b.records[r.key()] = r;
+  HistoryRecord elsewhere = record("hc_post/a", 3);
+  elsewhere.device = "cpu GenuineIntel AVX512";
+  for (const auto& r : {record("hc_post/b", 2), record("hc_post/a", 1), elsewhere}) b.records[baseline_key(r)] = r;
   b.updates.push_back({"tester", "2 records", "first baseline", "2026-09-01T00:00:00Z", "abc123"});
   b.overrides["sm_90"]["hc_post/a|out"] = {"ulp<=4", "reason", "3 ulp", ""};
   write_baseline(b);
   const std::string text = baseline_text(b);
   EXPECT_LT(text.find("hc_post/a"), text.find("hc_post/b"));  // records sorted by key
-  EXPECT_EQ(occurrences(text, "\n  {"), 3u) << text;            // a record a line, an update a line
+  EXPECT_EQ(occurrences(text, "\n  {"), 4u) << text;            // a record a line, an update a line
 
   const Baseline back = read_baseline(b.path);
-  ASSERT_EQ(back.records.size(), 2u);
-  EXPECT_EQ(back.records.at(record("hc_post/b", 2).key()).numerics.at("out vs ref:fp64").max_ulp, 2);
+  ASSERT_EQ(back.records.size(), 3u);  // hc_post/a on two devices
+  EXPECT_EQ(back.records.at(baseline_key(elsewhere)).numerics.at("out vs ref:fp64").max_ulp, 3);
+  EXPECT_EQ(back.records.at(baseline_key(record("hc_post/b", 2))).numerics.at("out vs ref:fp64").max_ulp, 2);
   ASSERT_EQ(back.updates.size(), 1u);
   EXPECT_EQ(back.updates[0].why, "first baseline");
   EXPECT_EQ(back.overrides.at("sm_90").at("hc_post/a|out").worst_observed, "3 ulp");

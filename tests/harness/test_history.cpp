@@ -454,7 +454,7 @@ TEST(JudgePerfStep, EagerThatMovedOnTheSameCodeMakesTheStepNotComparable) {
 // The gate's perf verdict on the planted path of `candidate` against a baseline made of the results `baseline`.
 PerfVerdict gate_verdict(const nlohmann::json& baseline, const nlohmann::json& candidate) {
   Baseline b;
-  for (const auto& r : records_from_results(baseline)) b.records[r.key()] = r;
+  for (const auto& r : records_from_results(baseline)) b.records[baseline_key(r)] = r;
   for (const auto& c : compare_with_baselines(candidate, {{"hc_post", b}}))
     if (c.path == "planted:slow" && c.perf) return *c.perf;
   ADD_FAILURE() << "no perf verdict for planted:slow";

@@ -3,7 +3,7 @@
 // worst value observed and the tracking issue).
 //
 //   {"schema": "parity.baseline/1",
-//    "records":   [HistoryRecord (history.hpp to_json), ...]   one per key case|path|direction, sorted by key
+//    "records":   [HistoryRecord (history.hpp to_json), ...]   one per key case|path|direction and device, sorted
 //    "updates":   [{"who", "what", "why", "date", "commit"}, ...]   appended by every change, never rewritten
 //    "overrides": {"sm_90": {"hc_post/v4flash_pack16k|out": {"policy", "reason", "worst_observed", "issue"}}}}
 //
@@ -31,9 +31,13 @@ struct PolicyOverride {
   std::string reason, worst_observed, issue;
 };
 
+// A baseline record's place: its key and its device. Numbers are compared on the device they were taken on only (a
+// CPU platform's LibTorch sums in its own order: results.hpp cpu_platform), so a key may have a record per device.
+std::string baseline_key(const HistoryRecord& r);  // "case|path|direction|device"
+
 struct Baseline {
   std::filesystem::path path;                    // baselines/<op>.json
-  std::map<std::string, HistoryRecord> records;  // by HistoryRecord::key()
+  std::map<std::string, HistoryRecord> records;  // by baseline_key()
   std::vector<BaselineUpdate> updates;
   std::map<std::string, std::map<std::string, PolicyOverride>> overrides;  // arch -> "<case>|<tensor>" -> override
 };
@@ -46,7 +50,7 @@ std::string baseline_text(const Baseline& b);
 std::map<std::string, Baseline> load_baselines(const std::filesystem::path& dir);
 
 // `parity baseline update`: the records of `results_doc` (a parity.results/1 document) replace those with the same
-// key in baselines/<op>.json, others are kept; each file written gets an update entry. Records of cases that did
+// key and device in baselines/<op>.json, others are kept; each file written gets an update entry. Records of cases that did
 // not pass are left out (a failing run is no baseline) and named in `skipped`.
 struct UpdateSummary {
   std::vector<std::filesystem::path> files;

@@ -47,7 +47,8 @@ nlohmann::json to_json(const HistoryRecord& r);
 HistoryRecord history_record_from_json(const nlohmann::json& j, const std::string& where);  // InputError naming where
 
 // Records of a results document (those with perf and/or numerics), stamped with its environment: device and
-// driver from the case's perf ceilings (the device the paths were timed on), else from the environment's GPU.
+// driver from the case's perf ceilings (the device the paths were timed on), else from the environment's GPU, else
+// (no GPU) its CPU platform (results.hpp cpu_platform).
 // The source hash of a path is the one the document carries (each case's "source_hashes", written by the build
 // that ran), else that of the sources in this checkout (PARITY_SOURCE_DIR), for documents written before it did.
 std::vector<HistoryRecord> records_from_results(const nlohmann::json& results_doc);
