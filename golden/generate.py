@@ -293,6 +293,18 @@ def config_json(dtype: torch.dtype) -> str:
     return json.dumps(cfg, sort_keys=True)
 
 
+def cpu_platform() -> str:
+    """The CPU as LibTorch's kernels choose their code, as Parity names it (results.hpp cpu_platform): the fp32 sums of
+    the captured model, and so every golden, follow it."""
+    vendor = "unknown-vendor"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("vendor_id"):
+                vendor = line.split(":", 1)[1].strip()
+                break
+    return f"cpu {vendor} {torch.backends.cpu.get_cpu_capability()}"
+
+
 def created() -> str:
     epoch = os.environ.get("SOURCE_DATE_EPOCH")
     when = datetime.datetime.fromtimestamp(int(epoch), datetime.timezone.utc) if epoch else \
@@ -319,6 +331,7 @@ def write_h5(path: pathlib.Path, case: dict) -> None:
         f.attrs["seed"] = SEED
         f.attrs["config_json"] = config_json(case["dtype"])
         f.attrs["created"] = created()
+        f.attrs["cpu_platform"] = cpu_platform()
         for group in GROUPS:
             g = f.create_group(group)
             for name, t in sorted(case[group].items()):

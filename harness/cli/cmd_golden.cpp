@@ -2,13 +2,16 @@
 // check against a fresh run of the generator.
 #include "harness/cli/command.hpp"
 
+#include <parity/compare.hpp>
 #include <parity/error.hpp>
 #include <parity/golden.hpp>
+#include <parity/results.hpp>
 
 #include <fmt/format.h>
 
 #include <cstdlib>
 #include <iostream>
+#include <set>
 #include <unistd.h>
 
 namespace parity::cli {
@@ -25,8 +28,17 @@ std::string python_for_golden() {
   return fs::exists(venv) ? venv.string() : "python3";
 }
 
+// How far a drifted dataset moved: the elements that differ and the largest distances, so that a summation order's
+// few ULPs read apart from a changed computation.
+std::string drift_size(const at::Tensor& committed, const at::Tensor& fresh) {
+  const Metrics m = compare(fresh, committed);
+  return fmt::format("{} of {} elements differ, max {} ULP, max abs {:.3g}", bitwise_diff_count(committed, fresh),
+                     committed.numel(), m.max_ulp, m.max_abs);
+}
+
 // Regenerates every golden file into a scratch directory and compares each dataset bitwise with the committed
-// one: drift means the generator, torch or transformers changed the numbers.
+// one: drift means the generator, torch or transformers changed the numbers, or the CPU platform did (LibTorch's
+// fp32 kernels sum in the order of the platform's own: results.hpp cpu_platform), which the last lines name.
 int golden_drift(const fs::path& golden_dir) {
   const Manifest committed = read_manifest(golden_dir / "MANIFEST.json");
   const fs::path scratch = fs::temp_directory_path() / fmt::format("parity-golden-{}", ::getpid());
@@ -36,6 +48,7 @@ int golden_drift(const fs::path& golden_dir) {
   if (std::system(cmd.c_str()) != 0) throw InputError("golden generator failed: " + cmd);
   const Manifest fresh = read_manifest(scratch / "MANIFEST.json");
   int drift = 0;
+  std::set<std::string> made_on;
   for (const auto& [rel, _] : committed.files) {
     if (!fresh.files.count(rel)) {
       std::cout << fmt::format("DRIFT {}: no longer generated\n", rel);
@@ -43,6 +56,9 @@ int golden_drift(const fs::path& golden_dir) {
       continue;
     }
     const GoldenFile a = load_verified(committed, rel), b = read_golden(scratch / rel);
+    const auto platform = a.attrs.find("cpu_platform");
+    made_on.insert(platform == a.attrs.end() ? "a CPU platform it does not record (made before the generator recorded it)"
+                                             : platform->second);
     for (const char* group : kGoldenGroups) {
       for (const auto& [name, t] : a.group(group)) {
         auto it = b.group(group).find(name);
@@ -53,8 +69,7 @@ int golden_drift(const fs::path& golden_dir) {
                    !bitwise_equal(t, it->second)) {
           const bool same_shape = t.sizes() == it->second.sizes() && t.scalar_type() == it->second.scalar_type();
           std::cout << fmt::format("DRIFT {} /{}/{}: {}\n", rel, group, name,
-                                   same_shape ? fmt::format("{} of {} elements differ", bitwise_diff_count(t, it->second), t.numel())
-                                              : describe(t) + " vs " + describe(it->second));
+                                   same_shape ? drift_size(t, it->second) : describe(t) + " vs " + describe(it->second));
           ++drift;
         }
       }
@@ -64,6 +79,13 @@ int golden_drift(const fs::path& golden_dir) {
     if (!committed.files.count(rel)) std::cout << fmt::format("NEW {}: generated but not committed\n", rel);
   fs::remove_all(scratch);
   std::cout << (drift ? fmt::format("golden: {} datasets drifted\n", drift) : "golden: regenerated bitwise identical\n");
+  if (drift) {
+    for (const auto& p : made_on) std::cout << "golden: the committed files were made on " << p << "\n";
+    std::cout << "golden: regenerated on " << cpu_platform()
+              << "; on a platform other than the files', LibTorch's fp32 kernels sum in another order, and every "
+                 "dataset downstream of such a sum moves by about its rounding (the max abs above: many ULP where "
+                 "values are near zero; a bf16 value that then rounds the other way moves what follows it by more)\n";
+  }
   return drift ? 1 : 0;
 }
 

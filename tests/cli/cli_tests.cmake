@@ -37,6 +37,10 @@ parity_cli_test(planted_comb_untransposed 1 "planted:comb_untransposed out vs re
 parity_cli_test(planted_extra_bf16_round 1 "planted:extra_bf16_round out vs ref:fp64 +policy allclose"
   gate --case hc_post/planted_extra_bf16_round ${PLANTED})
 
+# The generator run again: bitwise on the goldens' CPU platform, else the drift reported with its size and both
+# platforms.
+add_test(NAME cli/golden_regenerate COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/golden_regenerate.sh $<TARGET_FILE:parity>)
+set_tests_properties(cli/golden_regenerate PROPERTIES LABELS cli)
 # A golden file changed after its manifest entry was written is refused (exit 2, naming file and hash).
 add_test(NAME cli/tampered_golden COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/tampered_golden.sh $<TARGET_FILE:parity>
   ${CMAKE_SOURCE_DIR}/golden)

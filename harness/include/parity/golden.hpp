@@ -2,7 +2,8 @@
 //
 // Schema of one file (written by golden/generate.py, read here):
 //   /                attrs: schema_version (int), op, generator, generator_sha256, torch_version,
-//                           transformers_version, seed, config_json, created (ISO 8601 UTC)
+//                           transformers_version, seed, config_json, created (ISO 8601 UTC), cpu_platform
+//                           (results.hpp cpu_platform; absent from files made before 2026-11-28)
 //   /inputs/<name>   tensors fed to the op (activations and parameters)
 //   /stages/<name>   named intermediate results of the upstream forward
 //   /outputs/<name>  forward outputs
