@@ -6,6 +6,7 @@
 #include <parity/error.hpp>
 #include <parity/gate.hpp>
 #include <parity/history.hpp>
+#include <parity/results.hpp>
 #include <parity/timing.hpp>
 
 #include <fmt/format.h>
@@ -382,6 +383,27 @@ TEST(RecordsFromResults, OneRecordPerTimedOrCheckedPath) {
   EXPECT_EQ(fwd.source_hash, source_hash("cpu:v1", "hc"));
   EXPECT_EQ(records[2].source_hash, source_hash("eager", "hc"));
   EXPECT_NE(fwd.source_hash, records[2].source_hash);
+}
+
+// Untimed records take their device from the environment: the GPU where there was one, else the CPU platform (whose
+// LibTorch sums in its own order), else, in documents written before that was recorded, "none".
+TEST(RecordsFromResults, DeviceOfUntimedRecords) {
+  const auto device_with = [](const nlohmann::json& env) {
+    const nlohmann::json doc = {
+        {"schema", "parity.results/1"},
+        {"environment", env},
+        {"cases",
+         {{{"case", "hc_post/tiny"},
+           {"op", "hc_post"},
+           {"checks",
+            {{{"variant", "ref:hf"}, {"tensor", "out"}, {"against", "golden"}, {"metrics", metrics(0, 0)}}}}}}}};
+    const auto records = records_from_results(doc);
+    return records.size() == 1 ? records[0].device : "(" + std::to_string(records.size()) + " records)";
+  };
+  EXPECT_EQ(device_with({{"gpu", "none"}, {"cpu", "cpu GenuineIntel AVX512"}}), "cpu GenuineIntel AVX512");
+  EXPECT_EQ(device_with({{"gpu", "NVIDIA H200, 580.159.04"}, {"cpu", "cpu GenuineIntel AVX512"}}), "NVIDIA H200");
+  EXPECT_EQ(device_with({{"gpu", "none"}}), "none");
+  EXPECT_EQ(cpu_platform().rfind("cpu ", 0), 0u) << cpu_platform();
 }
 
 // A document carries the hashes of the build that ran it (a worktree's, in commit bisection): they win over this
