@@ -582,9 +582,15 @@ std::string markdown_summary(const GateReport& g) {
     notes.push_back(fmt::format("{} timings are NOT-COMPARABLE with their baseline (other device, driver, build, "
                                 "timing mode, SM clock or host speed; the JSON's perf.reason says which)",
                                 n.not_comparable));
-  if (n.numerics_not_comparable)
-    notes.push_back(fmt::format("{} paths' numbers were not compared: their baseline was recorded on another device",
-                                n.numerics_not_comparable));
+  if (n.numerics_not_comparable) {
+    // One example of the devices, and how to give this one its own baseline (a new CPU platform's first gate run).
+    const auto first = std::find_if(g.comparisons.begin(), g.comparisons.end(),
+                                    [](const BaselineComparison& c) { return !c.numerics_not_comparable.empty(); });
+    notes.push_back(fmt::format("{} paths' numbers were not compared: their baseline was recorded on another device "
+                                "({}); `parity baseline update --from <results.json> --why \"...\"` records this "
+                                "device's beside it",
+                                n.numerics_not_comparable, first->numerics_not_comparable));
+  }
   std::vector<std::string> below;
   for (const auto& r : g.results)
     if (r.perf)

@@ -155,6 +155,20 @@ TEST(GateExitCode, NumericRegressionInsideToleranceFails) {
   EXPECT_EQ(gate_document(g)["gate"]["counts"]["numeric_regressions"], 1);
 }
 
+// Numbers from another device pass, and the summary says which devices and how to record this one's.
+TEST(GateExitCode, NumbersFromAnotherDeviceAreNotedNotFailed) {
+  GateReport g = report({passing("hc_post/a")});
+  BaselineComparison c = comparison("hc_post/a", "ref:hf");
+  c.numerics_not_comparable = "baseline numbers from device 'cpu AuthenticAMD AVX512', this run on 'cpu X AVX2'";
+  g.comparisons.push_back(c);
+  EXPECT_EQ(gate_exit_code(g), 0);
+  const std::string md = markdown_summary(g);
+  EXPECT_CONTAINS(md, "1 paths' numbers were not compared: their baseline was recorded on another device (baseline "
+                      "numbers from device 'cpu AuthenticAMD AVX512', this run on 'cpu X AVX2')");
+  EXPECT_CONTAINS(md, "`parity baseline update --from <results.json> --why \"...\"` records this device's");
+  EXPECT_EQ(gate_document(g)["gate"]["counts"]["numerics_not_comparable"], 1);
+}
+
 TEST(GateExitCode, SlowerVariantFailsFasterNotComparableAndEagerDoNot) {
   GateReport g = report({passing("hc_post/a")});
   g.comparisons = {with_perf(comparison("hc_post/a", "cpu:v1"), Verdict::faster),
