@@ -2,6 +2,7 @@
 // device, against the op's cost model and the device's measured ceilings (cached per device and driver).
 #include <parity/error.hpp>
 #include <parity/perf.hpp>
+#include <parity/results.hpp>
 #include <parity/runner.hpp>
 #include <parity/timing.hpp>
 
@@ -40,22 +41,12 @@ std::filesystem::path parity_home() {
   return std::filesystem::path(home ? home : "/root") / ".cache/parity";
 }
 
-std::string cpu_model() {
-  std::ifstream f("/proc/cpuinfo");
-  for (std::string line; std::getline(f, line);)
-    if (line.rfind("model name", 0) == 0) {
-      const auto start = line.find_first_not_of(" \t", line.find(':') + 1);
-      return start == std::string::npos ? "unknown CPU" : line.substr(start);
-    }
-  return "unknown CPU";
-}
-
 // Name and driver: what makes two measurements comparable, and the cache key.
 DeviceCeilings identify(at::Device dev) {
   DeviceCeilings c;
   if (!dev.is_cuda()) {
     // The CPU paths and the ceilings scale with LibTorch's thread count: it is part of the device.
-    c.device = fmt::format("{} ({} threads)", cpu_model(), at::get_num_threads());
+    c.device = fmt::format("{} ({} threads)", cpuinfo_field("model name", "unknown CPU"), at::get_num_threads());
     return c;
   }
   c.device = at::cuda::getDeviceProperties(dev.index())->name;

@@ -30,16 +30,18 @@ std::string shell(const char* cmd) {
 
 }  // namespace
 
-std::string cpu_platform() {
-  std::string vendor = "unknown-vendor";
+std::string cpuinfo_field(const std::string& field, const std::string& absent) {
   std::ifstream f("/proc/cpuinfo");
   for (std::string line; std::getline(f, line);)
-    if (line.rfind("vendor_id", 0) == 0) {
+    if (line.rfind(field, 0) == 0) {
       const auto start = line.find_first_not_of(" \t", line.find(':') + 1);
-      if (start != std::string::npos) vendor = line.substr(start);
-      break;
+      return start == std::string::npos ? absent : line.substr(start);
     }
-  return fmt::format("cpu {} {}", vendor, at::get_cpu_capability());
+  return absent;
+}
+
+std::string cpu_platform() {
+  return fmt::format("cpu {} {}", cpuinfo_field("vendor_id", "unknown-vendor"), at::get_cpu_capability());
 }
 
 nlohmann::json environment() {

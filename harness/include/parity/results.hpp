@@ -22,6 +22,8 @@ nlohmann::json environment();
 // Results of a run without a GPU are recorded on this "device" (history.hpp), so that the gate compares their numbers
 // only with baselines taken on the same platform.
 std::string cpu_platform();
+// The first /proc/cpuinfo line starting with `field` ("vendor_id", "model name"): its value, else `absent`.
+std::string cpuinfo_field(const std::string& field, const std::string& absent);
 
 nlohmann::json to_json(const Metrics& m);
 nlohmann::json to_json(const CaseResult& r);
