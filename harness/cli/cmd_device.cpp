@@ -23,7 +23,9 @@ Command add_device(CLI::App& app) {
             std::cout << fmt::format("device    {}\n", c.device)
                       << fmt::format("driver    {}\n", c.driver.empty() ? "-" : c.driver)
                       << fmt::format("copy      {:.1f} GB/s (bytes read + written)\n", c.copy_gbps)
-                      << fmt::format("bf16 mm   {:.2f} TFLOP/s\n", c.bf16_tflops)
+                      // The CPU's ceilings time no bf16 product (its method line says so): 0 there is "not measured".
+                      << (c.bf16_tflops > 0 ? fmt::format("bf16 mm   {:.2f} TFLOP/s\n", c.bf16_tflops)
+                                            : std::string("bf16 mm   - (not measured on this device)\n"))
                       << fmt::format("fp32 mm   {:.3f} TFLOP/s\n", c.fp32_tflops)
                       << fmt::format("measured  {}\n", c.measured) << fmt::format("method    {}\n", c.method)
                       << fmt::format("cache     {}\n", ceilings_file(c).string());

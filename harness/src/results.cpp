@@ -167,9 +167,11 @@ namespace {
 // One row per timed path: where it stands against eager and the device's copy ceiling.
 void print_perf(std::ostream& os, const CaseResult& r) {
   const PerfResult& p = *r.perf;
-  os << fmt::format("\nperf {}  [{} on {}: copy {:.1f} GB/s, bf16 {:.1f} / fp32 {:.2f} TFLOP/s, measured {}]\n",
+  // The CPU's ceilings time no bf16 product: "-" there.
+  const std::string bf16 = p.ceilings.bf16_tflops > 0 ? fmt::format("{:.1f}", p.ceilings.bf16_tflops) : "-";
+  os << fmt::format("\nperf {}  [{} on {}: copy {:.1f} GB/s, bf16 {} / fp32 {:.2f} TFLOP/s, measured {}]\n",
                     r.case_id, p.entries.empty() ? "-" : p.entries.front().timing.mode, p.ceilings.device,
-                    p.ceilings.copy_gbps, p.ceilings.bf16_tflops, p.ceilings.fp32_tflops, p.ceilings.measured);
+                    p.ceilings.copy_gbps, bf16, p.ceilings.fp32_tflops, p.ceilings.measured);
   for (const auto& [k, v] : p.upstream) os << fmt::format("  upstream {}: {}\n", k, v);
   os << fmt::format("  {:<9} {:<4} {:>10} {:>7} {:>9} {:>9} {:>9} {:>9}  {}\n", "path", "dir", "median ms", "noise",
                     "GB/s", "%copy BW", "vs eager", "peak MB", "target");
