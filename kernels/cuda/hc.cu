@@ -101,7 +101,11 @@ H200 (copy 4.24 TB/s), same shape, at aa40574 (standalone): hc_post fwd 0.313 ms
 0.574 (50%: dx_dfn 0.388 = 74%). At 4d12bda (`parity run --perf`, run46, copy 4.25 TB/s): hc_post fwd 0.313 ms
 (91%), bwd 0.570 (78%); hc_pre fwd 0.299 (53%), bwd 0.712 (40%); hc_head fwd 0.228 (69%), bwd 0.456 (62%). hc_pre's
 forward and hc_head's backward take the H100's time (0.301 and 0.453 ms in run45), hc_head's forward nearly (0.235):
-with 41% more copy rate than the H100, the H200 leaves them bound by their instructions.
+with 41% more copy rate than the H100, the H200 leaves them bound by their instructions. At 51f6eed and 887254a
+(run54, run55, copy 4.23 TB/s): hc_pre fwd 0.296 / 0.294 ms (54%), bwd 0.706 / 0.700 (41%); hc_head bwd 0.452 (63%).
+hc_pre's backward in parts (standalone, reports/gpu/2026-11-28-h200-hc-timing.log): reduce 0.187 ms (85%), token
+0.020, dx_dfn_mma with its sums 0.50 (58%: the H100's 0.486 ms), so on both cards dx_dfn_mma's own instructions and
+latency set the two passes' pace.
 */
 #include "kernels/cuda/hc.cuh"
 
