@@ -87,7 +87,10 @@ percentages are one-pass bytes over time, against the copy rate):
           checkpoints (comb_backward_quad) 0.7746 -> 0.7668 ms (reduce 0.2641 -> 0.2560; bench/hc_ab.sh, the
           same bits; reports/gpu/2026-11-28-h100-comb-bwd-quad-ab.log and -small-t-ab.log); those blocks
           interleaved with the reduce's 0.7686 -> 0.7542 ms (reduce 0.2570 -> 0.2407); grad_fn's and the gates'
-          sums inside dx_dfn_mma's launch 0.7607 -> 0.7561 ms (`parity run --perf` 0.7540 ms, 53.8%: run53)
+          sums inside dx_dfn_mma's launch 0.7607 -> 0.7561 ms (`parity run --perf` 0.7540 ms, 53.8%: run53);
+          dx_dfn_mma a programmatic dependent launch of the token kernel, its fn fragments and first x and g_y tiles
+          loaded while that runs: 0.7023 -> 0.6969 ms on an H200 (41.2 -> 41.5%; 3 alternating runs of
+          bench/hc_ab.sh, each faster, the same bits; reports/gpu/2026-11-28-h200-dx-dfn-pdl-ab.log)
   hc_head fwd 0.453 ms (50%), fused with TMA + ldmatrix 0.358 ms (62%), st.async 0.258 ms (87%; `parity run
           --perf` 0.243 ms, 92%), two slots of warp partials 0.241 -> 0.237 (`parity run --perf` 0.238 ms, 94%), fn
           before the ring (see hc_pre) 0.2370 -> 0.2336 (`parity run --perf` 0.2351 ms, 95%);
@@ -1047,6 +1050,13 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// Programmatic dependent launches: a kernel launched by launch_dependent may start while the one before it runs
+// (once that one's blocks have all called griddep_launch_dependents, or exited); until griddep_wait it may read only
+// what was there before that kernel began. griddep_wait returns once that kernel has completed and its writes are
+// seen (at once in a kernel launched the ordinary way).
+__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void griddep_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
+
 // TMA: one thread's cp.async.bulk.tensor moves a box of a tensor (described by a CUtensorMap, built on the host) into
 // shared memory and counts its bytes against an mbarrier (complete_tx), which the consumers wait on.
 __device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned arrivals) {
@@ -1894,7 +1904,7 @@ __device__ __forceinline__ void quad_sinkhorn_forward(QuadLine& line, const Quad
 // reports/gpu/2026-11-27-h100-post-comb-range-once-ab.log).
 __global__ void __launch_bounds__(512) mix_post_comb_quad_kernel(MixFwdArgs a) {
   static_assert(H4 == 4);
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");  // the kernel before it has completed and its writes are seen
+  griddep_wait();
   const int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   // A quad past the last token runs on the last one's data, so that every lane takes part in the shuffles.
   const int64_t t = min(g / H4, a.tokens - 1);
@@ -2147,6 +2157,7 @@ __global__ void __launch_bounds__(256) mix_bwd_reduce_kernel(const T* __restrict
 // Block 0 also zeroes the n_arrivals counters that mix_bwd_dx_dfn_mma's finish counts on.
 template <class Kind, int HC>
 __global__ void __launch_bounds__(128) mix_bwd_token_kernel(MixBwdTokenArgs a, unsigned* arrivals, int n_arrivals) {
+  griddep_launch_dependents();  // dx_dfn_mma's CTAs load fn and their first x and g_y tiles meanwhile
   if (blockIdx.x == 0)
     for (int i = threadIdx.x; i < n_arrivals; i += blockDim.x) arrivals[i] = 0;
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -2529,6 +2540,7 @@ __global__ void __launch_bounds__(kDxMmaThreads, kDxMmaResident)
   extern __shared__ __align__(16) unsigned char smem[];
   const int splits = int(gridDim.y) - (f.arrivals ? 1 : 0);
   if (int(blockIdx.y) == splits) {
+    griddep_wait();  // the gate rows are the token kernel's
     for (int c = blockIdx.x; c < f.colsum.cols && int(blockIdx.x) < f.colsum_blocks; c += f.colsum_blocks)
       colsum_column(f.colsum, c, reinterpret_cast<double*>(smem));
     return;
@@ -2542,11 +2554,11 @@ __global__ void __launch_bounds__(kDxMmaThreads, kDxMmaResident)
   // grad_fn^T sums: [m-tile of 16 columns][n-tile of 8 mixes][4].
   float acc[2][3][4] = {};
 
-  // Tile i into ring stage st: 512 x chunks (32 a row: 8 per stream), 128 of g_y and 128 of coefficients.
-  const auto issue = [&](int i, int st) {
+  // Tile i into ring stage st: 512 x chunks (32 a row: 8 per stream) and 128 of g_y (issue_data), 128 of
+  // coefficients (issue_coef, the upper half's threads).
+  const auto issue_data = [&](int i, int st) {
     unsigned char* xs = smem + st * kDxStageBytes;
     unsigned char* gs = xs + kDxMmaTM * kDxRowBytes;
-    unsigned char* cs = gs + kDxMmaTM * kDxGyRowBytes;
     const int64_t t0 = tb + int64_t(i) * kDxMmaTM;
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
@@ -2558,23 +2570,33 @@ __global__ void __launch_bounds__(kDxMmaThreads, kDxMmaResident)
       const int r = tid >> 3, c = tid & 7;
       const bool full = t0 + r < te;
       cp_async16(gs + dx_chunk<kDxGyRowBytes>(r, c), full ? gy + (t0 + r) * D + d0 + 8 * c : gy, full);
-    } else {
-      const int r = (tid - 128) >> 3, c = tid & 7;
-      const bool full = t0 + r < te;
-      cp_async16(cs + (r * kDxCoefStride + 4 * c) * 4, full ? coef + (t0 + r) * CW + 4 * c : coef, full);
     }
+  };
+  const auto issue_coef = [&](int i, int st) {
+    if (tid < 128) return;
+    unsigned char* cs = smem + st * kDxStageBytes + kDxMmaTM * (kDxRowBytes + kDxGyRowBytes);
+    const int64_t t0 = tb + int64_t(i) * kDxMmaTM;
+    const int r = (tid - 128) >> 3, c = tid & 7;
+    const bool full = t0 + r < te;
+    cp_async16(cs + (r * kDxCoefStride + 4 * c) * 4, full ? coef + (t0 + r) * CW + 4 * c : coef, full);
   };
   static_assert(kDxMmaTM * CW / 4 == 128, "coefficient chunks: one per thread of the upper half");
 
+  // The first stages' x and g_y (inputs) go out before the wait for the token kernel, their coefficients after it;
+  // the first group holds them all, so that the ring's count of one group a tile holds from there on.
+#pragma unroll
+  for (int p = 0; p < kDxStages - 1; ++p)
+    if (p < tiles) issue_data(p, p);
+  griddep_wait();
 #pragma unroll
   for (int p = 0; p < kDxStages - 1; ++p) {
-    if (p < tiles) issue(p, p);
+    if (p < tiles) issue_coef(p, p);
     cp_async_commit();
   }
   for (int i = 0; i < tiles; ++i) {
     cp_async_wait<kDxStages - 2>();
     __syncthreads();  // tile i has landed; the stage refilled next was last read in tile i - 1
-    if (i + kDxStages - 1 < tiles) issue(i + kDxStages - 1, (i + kDxStages - 1) % kDxStages);
+    if (const int n = i + kDxStages - 1; n < tiles) issue_data(n, n % kDxStages), issue_coef(n, n % kDxStages);
     cp_async_commit();
     if (!live) continue;
     unsigned char* xs = smem + (i % kDxStages) * kDxStageBytes;
@@ -3550,6 +3572,21 @@ void launch_mix_fused_bwd(MixKind kind, const void* x, const void* grad_y, const
   });
 }
 
+// A programmatic dependent launch of a kernel that calls griddep_wait before it reads what the kernel before it in the
+// stream writes: set up while that one runs, it starts as that one completes, or earlier where that one calls
+// griddep_launch_dependents.
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                      Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = stream;
+  cfg.attrs = &attr, cfg.numAttrs = 1;
+  cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
 void launch_mix_post_comb(const float* mixes, const float* base, const float* scale, float* post, float* comb,
                           int64_t tokens, int hc, MixConsts k, cudaStream_t stream, bool one_thread_per_token) {
   check_hc(hc);
@@ -3560,13 +3597,7 @@ void launch_mix_post_comb(const float* mixes, const float* base, const float* sc
     // A programmatic dependent launch: set up while the kernel before it runs, it starts as that one completes (H100,
     // V4 dims, after the fused forward: 0.3143 -> 0.3090 ms, medians of 5 and 4 alternating runs, the same bits; the
     // fused forward triggering it at its last tile, so that its blocks wait beside the tail: 0.3165 ms).
-    cudaLaunchConfig_t cfg{};
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cfg.gridDim = dim3(unsigned(ceil_div(tokens * H4, 512))), cfg.blockDim = dim3(512), cfg.stream = stream;
-    cfg.attrs = &attr, cfg.numAttrs = 1;
-    cudaLaunchKernelEx(&cfg, mix_post_comb_quad_kernel, a);
+    launch_dependent(mix_post_comb_quad_kernel, dim3(unsigned(ceil_div(tokens * H4, 512))), dim3(512), 0, stream, a);
     return;
   }
   with_hc(hc, [&](auto h) { mix_post_comb_kernel<decltype(h)::value><<<ceil_div(tokens, 128), 128, 0, stream>>>(a); });
@@ -3683,9 +3714,12 @@ void launch_mix_bwd_dx_dfn(MixKind kind, Dtype dt, const void* x, const void* gr
     const int cs_blocks = std::clamp(kDxMmaResident * sm_count() - blocks * splits, 1, cs.cols);
     const DxFinish f{sums.grad_fn, fold ? sums.arrivals : nullptr, cs, cs_blocks};
     const dim3 grid(unsigned(fold ? std::max(blocks, cs_blocks) : blocks), unsigned(splits + (fold ? 1 : 0)));
-    mix_bwd_dx_dfn_mma_kernel<<<grid, kDxMmaThreads, kDxMmaSmem, stream>>>(
-        static_cast<const bf16*>(x), static_cast<const bf16*>(grad_y), coef, fn, static_cast<bf16*>(grad_x), partial,
-        tokens, hc, int(hidden), mix_rows(kind, hc), per_split, f);
+    // Dependent on the token kernel (its coefficients, gate rows and zeroed counters are read after griddep_wait):
+    // the CTAs load fn and their first x and g_y tiles while it runs. x, g_y and fn are written before the token
+    // kernel starts, and the token kernel writes none of them.
+    launch_dependent(mix_bwd_dx_dfn_mma_kernel, grid, dim3(kDxMmaThreads), kDxMmaSmem, stream,
+                     static_cast<const bf16*>(x), static_cast<const bf16*>(grad_y), coef, fn,
+                     static_cast<bf16*>(grad_x), partial, tokens, hc, int(hidden), mix_rows(kind, hc), per_split, f);
     if (fold) return;
   } else {
     launch_mix_bwd_dx_dfn_cuda_cores(kind, dt, x, grad_y, coef, fn, grad_x, partial, tokens, hc, hidden, splits,
