@@ -178,7 +178,7 @@ int main(int argc, char** argv) {
     float* gpost = normal<float>(T * H, 16);
     float* gcomb = normal<float>(T * H * H, 17);
     double* red = alloc<double>(T * (1 + H));
-    float* coef = alloc<float>(T * kc::mix_coef_width(kc::MixKind::pre));
+    float* coef = alloc<float>(kc::mix_coef_floats(kc::MixKind::pre, T));
     double* gate = alloc<double>(T * kc::mix_gate_width(kc::MixKind::pre));
     float* hist = alloc<float>(kc::sinkhorn_hist_floats(T, H, k.sinkhorn_iters));
     const auto splits_of = [&](kc::MixKind kind) { return kc::mix_bwd_splits(kind, kc::Dtype::bf16, T, H, D, sms); };

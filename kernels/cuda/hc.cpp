@@ -261,7 +261,7 @@ void mix_backward(kc::MixKind kind, const std::string& where, const OpContext& c
     check_launch(where, "colsum");
   } else {
     at::Tensor red = at::empty({p.t, 1 + k.hc}, f64);
-    at::Tensor coef = at::empty({p.t, kc::mix_coef_width(kind)}, f32);
+    at::Tensor coef = at::empty({kc::mix_coef_floats(kind, p.t)}, f32);
     at::Tensor hist = pre_kind ? at::empty({kc::sinkhorn_hist_floats(p.t, hc, int(k.sinkhorn_iters))}, f32)
                                : at::Tensor();
     kc::launch_mix_bwd_reduce(kind, p.dt, p.x.data_ptr(), g_y.data_ptr(), red.data_ptr<double>(),

@@ -24,15 +24,16 @@ H = 4 instantiation (ptxas, sm_90a):
                                blocks run the Sinkhorn backward meanwhile (forward recomputed; its divisions
                                share a reciprocal per line: divide_lines; at hc 4 by quads from checkpoints,
                                comb_backward_quad)           warp/token, Sinkhorn 4 threads/token 96 reg
-  mix_bwd_token<Pre|Head, H>   per token: sigmoid backward -> coefficients of the linear+norm backward
-                                                                                             thread/token 44 reg
+  mix_bwd_token<Pre|Head, H>   per token: sigmoid backward -> coefficients of the linear+norm backward;
+                               hc_pre: and their bf16 terms in dx_dfn_mma's fragment order
+                                                                         thread/token 44 reg, 18 KB smem
   mix_bwd_dx_dfn               grad_x = r g_mix @ fn - c x + pre_h g_y (one rounding) and per-split
                                grad_fn partials (r g_mix)^T x; a thread owns 2 columns of fn
                                                                  pre 168 reg (80-byte spill) / head 146, 2 KB smem
   mix_bwd_dx_dfn_mma           the same for hc_pre with bf16 streams and hidden % 64 == 0, both products on
-                               mma.sync (coef, fn split into bf16 terms); a CTA owns 64 hidden positions
-                               of all streams, tiles of 16 tokens through a 4-stage cp.async ring
-                                                                                     128 reg, 49 KB dyn smem
+                               mma.sync (coef, split by the token kernel, and fn in bf16 terms); a CTA owns
+                               64 hidden positions of all streams, tiles of 16 tokens (and their coefficient
+                               terms) through a 4-stage cp.async ring                128 reg, 65 KB dyn smem
   mix_comb_bwd<H>              hc_pre's Sinkhorn backward alone (PreKind::comb_backward; at hc 4
                                comb_backward_quad), before mix_fused_bwd_mma         4 threads/token 66 reg
   mix_fused_bwd_mma            hc_pre's backward in one pass (hidden 4096): mix_fused_bwd's cluster with
@@ -90,7 +91,12 @@ percentages are one-pass bytes over time, against the copy rate):
           sums inside dx_dfn_mma's launch 0.7607 -> 0.7561 ms (`parity run --perf` 0.7540 ms, 53.8%: run53);
           dx_dfn_mma a programmatic dependent launch of the token kernel, its fn fragments and first x and g_y tiles
           loaded while that runs: 0.7023 -> 0.6969 ms on an H200 (41.2 -> 41.5%; 3 alternating runs of
-          bench/hc_ab.sh, each faster, the same bits; reports/gpu/2026-11-28-h200-dx-dfn-pdl-ab.log)
+          bench/hc_ab.sh, each faster, the same bits; reports/gpu/2026-11-28-h200-dx-dfn-pdl-ab.log); the
+          coefficients split into bf16 terms once, by the token kernel, not by every warp of dx_dfn_mma (a tile's
+          SASS 393 -> 270 instructions): dx_dfn_mma+sums 0.5049 -> 0.4545 ms, token 0.0203 -> 0.0173, the whole
+          0.7003 -> 0.6653 ms on an H200 (41.2 -> 43.7%; 3 alternating runs, each faster; grad_x the same bits,
+          grad_fn too where the token splits were whole tiles already; `parity run --perf` 0.6608 ms, 43.6%;
+          reports/gpu/2026-11-28-h200-coef-terms-ab.log)
   hc_head fwd 0.453 ms (50%), fused with TMA + ldmatrix 0.358 ms (62%), st.async 0.258 ms (87%; `parity run
           --perf` 0.243 ms, 92%), two slots of warp partials 0.241 -> 0.237 (`parity run --perf` 0.238 ms, 94%), fn
           before the ring (see hc_pre) 0.2370 -> 0.2336 (`parity run --perf` 0.2351 ms, 95%);
@@ -848,14 +854,13 @@ struct PreKind : MixLayout<(2 + H4) * H4, 3> {
         if (i < H && j < H) gg[2 * H + i * H + j] = g[i][j];  // the Sinkhorn backward itself stays fp32
   }
 
-  // After comb_backward. H: a constant (mix_bwd_token is compiled per hc).
-  static __device__ __forceinline__ void bwd_token(int64_t t, const MixBwdTokenArgs& a, int H) {
+  // After comb_backward. H: a constant (mix_bwd_token is compiled per hc). cf: where the coefficient row goes.
+  static __device__ __forceinline__ void bwd_token(int64_t t, const MixBwdTokenArgs& a, int H, float* cf) {
     const int M = a.M;
     const float* mix = a.mixes + t * M;
     const double* rd = a.red + t * (1 + H);
     const float r = rms_scale(rd[0], a.K, a.rms_eps);
     const float s0 = __ldg(a.scale), s1 = __ldg(a.scale + 1), s2 = __ldg(a.scale + 2);
-    float* cf = a.coef + t * CW;
     double* gg = a.gate + t * GW;
     double dot = 0, sc1 = 0, sc2 = 0;
     const double sc0 = pre_gate_backward<MP, false>(mix, rd, a.base, s0, r, a.hc_eps, H, cf, gg, dot);
@@ -941,12 +946,11 @@ struct HeadKind : MixLayout<H4, 1> {
     }
   }
 
-  static __device__ __forceinline__ void bwd_token(int64_t t, const MixBwdTokenArgs& a, int H) {
+  static __device__ __forceinline__ void bwd_token(int64_t t, const MixBwdTokenArgs& a, int H, float* cf) {
     const float* mix = a.mixes + t * H;
     const double* rd = a.red + t * (1 + H);
     const float r = rms_scale(rd[0], a.K, a.rms_eps);
     const float s = __ldg(a.scale);
-    float* cf = a.coef + t * CW;
     double* gg = a.gate + t * GW;
     double dot = 0;
     const double sc = pre_gate_backward<MP, true>(mix, rd, a.base, s, r, a.hc_eps, H, cf, gg, dot);
@@ -2149,6 +2153,95 @@ __global__ void __launch_bounds__(256) mix_bwd_reduce_kernel(const T* __restrict
   }
 }
 
+// ---- hc_pre's coefficients as the tensor cores take them: written by mix_bwd_token, read by dx_dfn_mma -------------
+// dx_dfn_mma's eight warps a CTA, and its 64 CTAs a tile, split the same coefficient rows into bf16 terms, each warp
+// for its own 32 columns: with the moves that paired their registers for the MMAs, 123 of the 393 instructions of a
+// warp's tile (SASS, sm_90a). The token kernel splits them once instead and writes each tile's fragments (16 tokens;
+// past the last token, zero rows) in lane order, a block of kDxTermWords words after the rows in `coef`
+// (mix_coef_floats). dx_dfn_mma copies a tile's block into its ring beside the tile, and a lane reads its fragments
+// with 16-byte loads; so that every tile has a block, its token splits are whole tiles. mix_fused_bwd_mma splits its
+// rows itself, with the same functions.
+// grad_x's A fragments of coefficient rows g and g + 8 (lane (g, q)) in two terms: hi + lo holds 16 significant bits.
+struct CoefFrag {
+  uint32_t lo[4], hi[4], lo8[2], hi8[2];  // k16 a0..a3, k8 a0, a1
+};
+// grad_fn's B fragments: per n-tile nt, mix 8 nt + g of tokens (2q, 2q+1) and (2q+8, 2q+9) in three terms, the smallest
+// first (split exactly: with x exact, every product is).
+struct CoefTerms {
+  uint32_t b[3][3][2];  // [n-tile][term][tokens from 2q, from 2q + 8]: each MMA's register pair, adjacent
+  uint32_t pad[2];      // to 16 bytes a lane
+};
+constexpr int kTermTileTokens = 16, kTermRowStride = 36;  // 36: the B fragments' reads of 4 rows x 8 mixes hit distinct banks
+constexpr int kFragWords = sizeof(CoefFrag) / 4, kTermsWords = sizeof(CoefTerms) / 4;
+constexpr int kDxTermWords = 32 * (kFragWords + kTermsWords);  // a tile's block: [lane][CoefFrag], [lane][CoefTerms]
+static_assert(sizeof(CoefFrag) % 16 == 0 && sizeof(CoefTerms) % 16 == 0 && kDxTermWords == 1024);
+
+template <class F>  // float or const float
+__device__ __forceinline__ auto coef_terms(F* coef, int64_t tokens) {
+  using W = std::conditional_t<std::is_const_v<F>, const uint32_t, uint32_t>;
+  return reinterpret_cast<W*>(coef + tokens * PreKind::CW);
+}
+
+// The A fragments of a tile's coefficient rows cs (`stride` floats apart).
+__device__ __forceinline__ CoefFrag coef_fragment(const float* cs, int stride, int g, int q) {
+  const float* r0 = cs + g * stride + 2 * q;
+  const float* r8 = r0 + 8 * stride;
+  const float2 v[6] = {*reinterpret_cast<const float2*>(r0), *reinterpret_cast<const float2*>(r8),
+                       *reinterpret_cast<const float2*>(r0 + 8), *reinterpret_cast<const float2*>(r8 + 8),
+                       *reinterpret_cast<const float2*>(r0 + 16), *reinterpret_cast<const float2*>(r8 + 16)};
+  CoefFrag a;
+#pragma unroll
+  for (int j = 0; j < 6; ++j) {
+    uint32_t t2[2];
+    split_terms(v[j].x, v[j].y, t2);
+    (j < 4 ? a.lo[j] : a.lo8[j - 4]) = t2[0], (j < 4 ? a.hi[j] : a.hi8[j - 4]) = t2[1];
+  }
+  return a;
+}
+// The B fragments of a tile's coefficient rows cs.
+__device__ __forceinline__ CoefTerms coef_terms_of(const float* cs, int stride, int g, int q) {
+  CoefTerms b{};
+#pragma unroll
+  for (int nt = 0; nt < 3; ++nt) {
+    const int m = 8 * nt + g;
+    uint32_t b0[3], b1[3];
+    split_terms(cs[2 * q * stride + m], cs[(2 * q + 1) * stride + m], b0);
+    split_terms(cs[(2 * q + 8) * stride + m], cs[(2 * q + 9) * stride + m], b1);
+#pragma unroll
+    for (int t = 0; t < 3; ++t) b.b[nt][t][0] = b0[t], b.b[nt][t][1] = b1[t];
+  }
+  return b;
+}
+
+// A lane's fragments of type F to or from its 16-byte-aligned words.
+template <class F>
+__device__ __forceinline__ F load_lane(const uint32_t* p) {
+  F f;
+#pragma unroll
+  for (int i = 0; i < int(sizeof(F) / 16); ++i) reinterpret_cast<uint4*>(&f)[i] = reinterpret_cast<const uint4*>(p)[i];
+  return f;
+}
+template <class F>
+__device__ __forceinline__ void store_lane(uint32_t* p, const F& f) {
+#pragma unroll
+  for (int i = 0; i < int(sizeof(F) / 16); ++i) reinterpret_cast<uint4*>(p)[i] = reinterpret_cast<const uint4*>(&f)[i];
+}
+
+// The tail of hc_pre's token kernel: from its block's coefficient rows, in shared memory, each warp writes the
+// blocks of its two tiles (32 tokens), every lane its own fragments in 16-byte stores.
+__device__ void write_coef_terms(const MixBwdTokenArgs& a, int64_t t, const float (*rows)[kTermRowStride]) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int first = 32 * warp + kTermTileTokens * k;
+    const int64_t t0 = t - threadIdx.x + first;
+    if (t0 >= a.tokens) break;
+    uint32_t* block = coef_terms(a.coef, a.tokens) + t0 / kTermTileTokens * kDxTermWords;
+    store_lane(block + lane * kFragWords, coef_fragment(rows[first], kTermRowStride, g, q));
+    store_lane(block + 32 * kFragWords + lane * kTermsWords, coef_terms_of(rows[first], kTermRowStride, g, q));
+  }
+}
+
 // Per token, one thread each. Compiled per hc: with H a constant, the loops over the Sinkhorn matrix have no run-time
 // guard, which would make every division of a line a branch of its own (H100, V4 dims: 0.106 ms with them). A warp
 // per token instead (bwd_token_warp, the finishers' version: the same rows bit for bit, one function fewer) was slower
@@ -2161,7 +2254,24 @@ __global__ void __launch_bounds__(128) mix_bwd_token_kernel(MixBwdTokenArgs a, u
   if (blockIdx.x == 0)
     for (int i = threadIdx.x; i < n_arrivals; i += blockDim.x) arrivals[i] = 0;
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t < a.tokens) Kind::bwd_token(t, a, HC);
+  if constexpr (std::is_same_v<Kind, PreKind>) {
+    // The row in shared memory first (past the last token: zeros), then to `coef` and its tile's terms.
+    static_assert(kTermRowStride >= Kind::CW && Kind::CW % 4 == 0);
+    __shared__ __align__(16) float rows[128][kTermRowStride];
+    float* row = rows[threadIdx.x];
+    if (t < a.tokens) {
+      Kind::bwd_token(t, a, HC, row);
+#pragma unroll
+      for (int i = 0; i < Kind::CW / 4; ++i)
+        reinterpret_cast<float4*>(a.coef + t * Kind::CW)[i] = reinterpret_cast<const float4*>(row)[i];
+    } else {
+      for (int m = 0; m < Kind::MP; ++m) row[m] = 0.f;
+    }
+    __syncthreads();
+    write_coef_terms(a, t, rows);
+  } else if (t < a.tokens) {
+    Kind::bwd_token(t, a, HC, a.coef + t * Kind::CW);
+  }
 }
 
 // ---- the backward's sums over splits and tokens: grad_fn, grad_base, grad_scale ------------------------------------
@@ -2406,11 +2516,14 @@ __global__ void __launch_bounds__(kDxThreads, 3)
 // epilogue's reads of one word of 8 rows then hit distinct banks. A warp reads only its own chunks of the x tile, so
 // its grad_x goes back into them and leaves in 16-byte stores, 64 bytes of a row together (written from the MMA
 // fragments directly, a 4-byte store per row and 8 columns, half of every 32-byte sector went to L2 unused and
-// L2 throughput bounded the kernel: ncu, H100). Coefficient rows are padded to kDxCoefStride floats so that the
-// grad_fn operand's reads (4 tokens x 8 mixes) hit distinct banks.
+// L2 throughput bounded the kernel: ncu, H100). The coefficients' bf16 terms come split, a block of fragments a tile
+// (write_coef_terms); of the rows the ring also holds, only c and pre_h are read, padded to kDxCoefStride floats so
+// that rows g = 0..7 hit distinct banks.
 constexpr int kDxMmaThreads = 256, kDxMmaD = 64, kDxMmaTM = 16, kDxStages = 4, kDxCoefStride = 36, kDxMmaResident = 2;
 constexpr int kDxRowBytes = H4 * kDxMmaD * 2, kDxGyRowBytes = kDxMmaD * 2;
-constexpr int kDxStageBytes = kDxMmaTM * (kDxRowBytes + kDxGyRowBytes + kDxCoefStride * 4);
+constexpr int kDxCoefBytes = kDxMmaTM * kDxCoefStride * 4;
+constexpr int kDxStageBytes = kDxMmaTM * (kDxRowBytes + kDxGyRowBytes) + kDxCoefBytes + kDxTermWords * 4;
+static_assert(kDxMmaTM == kTermTileTokens && kDxTermWords * 4 == kDxMmaThreads * 16, "a tile's terms: a chunk a thread");
 constexpr size_t kDxMmaSmem = size_t(kDxStages) * kDxStageBytes;
 
 __device__ __forceinline__ void mma1688(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
@@ -2438,25 +2551,6 @@ __device__ __forceinline__ FnFrag fn_fragment(const float* f, int64_t K, int M, 
   for (int r = 0; r < 3; ++r) split_terms(w(2 * q + 8 * r), w(2 * q + 8 * r + 1), t[r]);
   return {make_uint2(t[0][0], t[1][0]), make_uint2(t[0][1], t[1][1]), make_uint2(t[2][0], t[2][1])};
 }
-// Coefficient rows g and g + 8 as A fragments in two terms (hi + lo holds 16 significant bits).
-struct CoefFrag {
-  uint32_t lo[4], hi[4], lo8[2], hi8[2];  // k16 a0..a3, k8 a0, a1
-};
-__device__ __forceinline__ CoefFrag coef_fragment(const float* cs, int stride, int g, int q) {
-  const float* r0 = cs + g * stride + 2 * q;
-  const float* r8 = r0 + 8 * stride;
-  const float2 v[6] = {*reinterpret_cast<const float2*>(r0), *reinterpret_cast<const float2*>(r8),
-                       *reinterpret_cast<const float2*>(r0 + 8), *reinterpret_cast<const float2*>(r8 + 8),
-                       *reinterpret_cast<const float2*>(r0 + 16), *reinterpret_cast<const float2*>(r8 + 16)};
-  CoefFrag a;
-#pragma unroll
-  for (int j = 0; j < 6; ++j) {
-    uint32_t t2[2];
-    split_terms(v[j].x, v[j].y, t2);
-    (j < 4 ? a.lo[j] : a.lo8[j - 4]) = t2[0], (j < 4 ? a.hi[j] : a.hi8[j - 4]) = t2[1];
-  }
-  return a;
-}
 // grad_x tiles [16 tokens x 8 columns] = coef @ fn of N n-tiles, each a chain from zero with the small products
 // first: lo x hi and hi x lo of both k-steps, then hi x hi; the chains interleaved step by step (one chain alone left
 // the tensor pipe idle between its dependent MMAs).
@@ -2482,23 +2576,17 @@ __device__ __forceinline__ void grad_x_mma(float (&d)[N][4], const CoefFrag& a, 
 // product is exact; per n-tile the three terms chain from zero and the result is added to the fp32 sums with
 // round-to-nearest (the tensor cores' accumulation truncates: see mma_bf16_split3).
 template <int MT>
-__device__ __forceinline__ void grad_fn_mma(float (&acc)[MT][3][4], const uint32_t (&xa)[MT][4], const float* cs,
-                                            int stride, int g, int q) {
+__device__ __forceinline__ void grad_fn_mma(float (&acc)[MT][3][4], const uint32_t (&xa)[MT][4], const CoefTerms& b) {
 #pragma unroll
-  for (int nt = 0; nt < 3; ++nt) {
-    const int m = 8 * nt + g;
-    uint32_t b0[3], b1[3];  // tokens (2q, 2q+1) and (2q+8, 2q+9) of mix m, three terms each
-    split_terms(cs[2 * q * stride + m], cs[(2 * q + 1) * stride + m], b0);
-    split_terms(cs[(2 * q + 8) * stride + m], cs[(2 * q + 9) * stride + m], b1);
+  for (int nt = 0; nt < 3; ++nt)
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       float d[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-      for (int t = 0; t < 3; ++t) mma16816(d, xa[mt], b0[t], b1[t]);
+      for (int t = 0; t < 3; ++t) mma16816(d, xa[mt], b.b[nt][t][0], b.b[nt][t][1]);
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mt][nt][e] = __fadd_rn(acc[mt][nt][e], d[e]);
     }
-  }
 }
 // A word of grad_x (two columns of a row, bf16) from the same word of x and of g_y: d - c x + p g_y, one rounding.
 __device__ __forceinline__ uint32_t dx_word(float d0, float d1, float c, uint32_t x, float p, uint32_t gy) {
@@ -2537,6 +2625,7 @@ __global__ void __launch_bounds__(kDxMmaThreads, kDxMmaResident)
   const int64_t tb = int64_t(blockIdx.y) * per_split;
   const int64_t te = tb + per_split < tokens ? tb + per_split : tokens;
   const int tiles = te > tb ? int((te - tb + kDxMmaTM - 1) / kDxMmaTM) : 0;
+  const uint32_t* terms = coef_terms(coef, tokens);
   extern __shared__ __align__(16) unsigned char smem[];
   const int splits = int(gridDim.y) - (f.arrivals ? 1 : 0);
   if (int(blockIdx.y) == splits) {
@@ -2573,9 +2662,10 @@ __global__ void __launch_bounds__(kDxMmaThreads, kDxMmaResident)
     }
   };
   const auto issue_coef = [&](int i, int st) {
-    if (tid < 128) return;
     unsigned char* cs = smem + st * kDxStageBytes + kDxMmaTM * (kDxRowBytes + kDxGyRowBytes);
-    const int64_t t0 = tb + int64_t(i) * kDxMmaTM;
+    const int64_t t0 = tb + int64_t(i) * kDxMmaTM;  // a multiple of 16: per_split is
+    cp_async16(cs + kDxCoefBytes + 16 * tid, terms + t0 / kTermTileTokens * kDxTermWords + 4 * tid, true);
+    if (tid < 128) return;
     const int r = (tid - 128) >> 3, c = tid & 7;
     const bool full = t0 + r < te;
     cp_async16(cs + (r * kDxCoefStride + 4 * c) * 4, full ? coef + (t0 + r) * CW + 4 * c : coef, full);
@@ -2610,10 +2700,11 @@ __global__ void __launch_bounds__(kDxMmaThreads, kDxMmaResident)
       const int mi = lane >> 3, r = (lane & 7) + 8 * (mi >> 1), c = xc + 2 * mt + (mi & 1);
       ldmatrix_x4<true>(xa[mt], xs + dx_chunk<kDxRowBytes>(r, c));
     }
-    grad_fn_mma(acc, xa, cs, kDxCoefStride, g, q);
+    const uint32_t* terms_s = reinterpret_cast<const uint32_t*>(cs + kDxMmaTM * kDxCoefStride);
+    grad_fn_mma(acc, xa, load_lane<CoefTerms>(terms_s + 32 * kFragWords + lane * kTermsWords));
 
     // grad_x: coef rows g and g + 8 as A fragments in two terms, then an n-tile at a time.
-    const CoefFrag ca = coef_fragment(cs, kDxCoefStride, g, q);
+    const CoefFrag ca = load_lane<CoefFrag>(terms_s + lane * kFragWords);
     const float c_lo = cs[g * kDxCoefStride + MP], c_hi = cs[(g + 8) * kDxCoefStride + MP];
     const float p_lo = cs[g * kDxCoefStride + MP + 1 + h], p_hi = cs[(g + 8) * kDxCoefStride + MP + 1 + h];
 #pragma unroll
@@ -3138,7 +3229,7 @@ __global__ void __launch_bounds__(kFmThreads, 1) mix_fused_bwd_mma_kernel(const 
         uint32_t xa[4][4];
 #pragma unroll
         for (int mt = 0; mt < 4; ++mt) ldmatrix_x4<true>(xa[mt], xs + l_off + (l_swz ^ (mt << 5)));
-        grad_fn_mma(acc, xa, cs, CS, g, q);
+        grad_fn_mma(acc, xa, coef_terms_of(cs, CS, g, q));
 
         // grad_x: coef rows g and g + 8 as A fragments in two terms, then two n-tiles at a time.
         const CoefFrag ca = coef_fragment(cs, CS, g, q);
@@ -3297,7 +3388,10 @@ bool vec_ok(int64_t hidden, std::initializer_list<const void*> ptrs) {
 
 int mix_rows(MixKind kind, int hc) { return kind == MixKind::pre ? (2 + hc) * hc : hc; }
 int mix_scale_count(MixKind kind) { return kind == MixKind::pre ? PreKind::NS : HeadKind::NS; }
-int mix_coef_width(MixKind kind) { return kind == MixKind::pre ? PreKind::CW : HeadKind::CW; }
+int64_t mix_coef_floats(MixKind kind, int64_t tokens) {
+  if (kind == MixKind::head) return tokens * HeadKind::CW;
+  return tokens * PreKind::CW + int64_t(ceil_div(tokens, kTermTileTokens)) * kDxTermWords;
+}
 int mix_gate_width(MixKind kind) { return kind == MixKind::pre ? PreKind::GW : HeadKind::GW; }
 
 int64_t sinkhorn_hist_floats(int64_t tokens, int hc, int iters) {
@@ -3649,6 +3743,8 @@ void launch_mix_bwd_token(MixKind kind, const float* mixes, const double* red, c
                           const float* base, const float* scale, float* coef, double* gate_grads, unsigned* arrivals,
                           int64_t tokens, int hc, int64_t hidden, MixConsts k, cudaStream_t stream) {
   check_hc(hc);
+  if (kind == MixKind::pre && !aligned(coef, 16))
+    throw std::invalid_argument("launch_mix_bwd_token: hc_pre's coef must be 16-byte aligned (its rows go in float4s)");
   const int n_arrivals = arrivals ? int(mix_bwd_arrivals(hidden)) : 0;
   if (tokens == 0 && n_arrivals == 0) return;
   const MixBwdTokenArgs a{mixes, red, grad_post, nullptr, base, scale, coef, gate_grads, nullptr, tokens,
@@ -3709,7 +3805,8 @@ void launch_mix_bwd_dx_dfn(MixKind kind, Dtype dt, const void* x, const void* gr
       aligned(grad_x, 16) && dx_dfn_mma_ready()) {
     const bool fold = sums.arrivals && aligned(partial, 16) && aligned(sums.grad_fn, 16);
     const ColsumArgs cs = colsum_args(kind, sums.gate_grads, tokens, hc, sums.grad_base, sums.grad_scale);
-    const int64_t per_split = std::max<int64_t>(1, (tokens + splits - 1) / splits);
+    // Whole tiles of 16 a split, so that every tile has its block of coefficient terms.
+    const int64_t per_split = std::max<int64_t>(1, ceil_div(ceil_div(tokens, splits), kDxMmaTM)) * kDxMmaTM;
     const int blocks = int(hidden / kDxMmaD);
     const int cs_blocks = std::clamp(kDxMmaResident * sm_count() - blocks * splits, 1, cs.cols);
     const DxFinish f{sums.grad_fn, fold ? sums.arrivals : nullptr, cs, cs_blocks};

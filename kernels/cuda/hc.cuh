@@ -31,7 +31,9 @@ struct MixConsts {
 // ---- shapes of the workspaces the mix backward needs (the bridge allocates them) ----------------------------------
 int mix_rows(MixKind kind, int hc);          // M: rows of fn, columns of mixes
 int mix_scale_count(MixKind kind);           // entries of scale: 3 (pre) or 1 (head)
-int mix_coef_width(MixKind kind);            // floats per token in `coef`
+// floats of `coef`: a row per token (r g_mixes, c, pre_h), then, for hc_pre, the same mixes' coefficients split into
+// bf16 terms in the tensor-core kernel's fragment order (launch_mix_bwd_token writes both)
+int64_t mix_coef_floats(MixKind kind, int64_t tokens);
 int mix_gate_width(MixKind kind);            // doubles per token in `gate_grads` (gate logit grads, then scale terms)
 int64_t sinkhorn_hist_floats(int64_t tokens, int hc, int iters);  // hc_pre backward's Sinkhorn workspace
 // Token splits of the grad_fn partials (depends on which dx_dfn kernel takes the shape).
@@ -101,9 +103,11 @@ void launch_mix_fused_bwd(MixKind kind, const void* x, const void* grad_y, const
 void launch_mix_bwd_reduce(MixKind kind, Dtype dt, const void* x, const void* grad_y, double* red, const float* mixes,
                            const float* grad_comb, const float* base, const float* scale, double* gate_grads,
                            float* hist, int64_t tokens, int hc, int64_t hidden, MixConsts k, cudaStream_t stream);
-// Per token (one thread each), after launch_mix_bwd_reduce: the gate backward (sigmoids), giving coef[t] = { r*g_mixes
-// (padded), c = r^2/(HD) <g_mixes, mixes>, pre_h } and gate_grads[t] = { d loss/d logit (padded), per-scale terms }.
-// grad_post: hc_pre only. Also zeroes arrivals[0, mix_bwd_arrivals(hidden)) for launch_mix_bwd_dx_dfn (null: none).
+// Per token (one thread each), after launch_mix_bwd_reduce: the gate backward (sigmoids), giving coef row t = {
+// r*g_mixes (padded), c = r^2/(HD) <g_mixes, mixes>, pre_h } (and hc_pre's terms of it, see mix_coef_floats) and
+// gate_grads[t] = { d loss/d logit (padded), per-scale terms }.
+// grad_post: hc_pre only (whose coef is 16-byte aligned). Also zeroes arrivals[0, mix_bwd_arrivals(hidden)) for
+// launch_mix_bwd_dx_dfn (null: none).
 void launch_mix_bwd_token(MixKind kind, const float* mixes, const double* red, const float* grad_post,
                           const float* base, const float* scale, float* coef, double* gate_grads, unsigned* arrivals,
                           int64_t tokens, int hc, int64_t hidden, MixConsts k, cudaStream_t stream);

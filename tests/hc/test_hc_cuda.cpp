@@ -350,7 +350,7 @@ TEST(HcFusedBackward, PreOnePassAgreesWithTwoPass) {
                                   gscale.data_ptr<float>(), s);
       } else {
         at::Tensor red = at::empty({tokens, 1 + kHc}, f64);
-        at::Tensor coef = at::empty({tokens, kc::mix_coef_width(kc::MixKind::pre)}, f32);
+        at::Tensor coef = at::empty({kc::mix_coef_floats(kc::MixKind::pre, tokens)}, f32);
         kc::launch_mix_bwd_reduce(kc::MixKind::pre, kc::Dtype::bf16, x.data_ptr(), gy.data_ptr(),
                                   red.data_ptr<double>(), mixes.data_ptr<float>(), g_comb.data_ptr<float>(),
                                   base.data_ptr<float>(), scale.data_ptr<float>(), gate.data_ptr<double>(),
