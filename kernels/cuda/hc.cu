@@ -2171,7 +2171,9 @@ struct CoefTerms {
   uint32_t b[3][3][2];  // [n-tile][term][tokens from 2q, from 2q + 8]: each MMA's register pair, adjacent
   uint32_t pad[2];      // to 16 bytes a lane
 };
-constexpr int kTermTileTokens = 16, kTermRowStride = 36;  // 36: the B fragments' reads of 4 rows x 8 mixes hit distinct banks
+// kTermRowStride: the token kernel's rows in shared memory, 36 floats apart so that the B fragments' reads (4 rows x 8
+// mixes) hit distinct banks.
+constexpr int kTermTileTokens = 16, kTermRowStride = 36;
 constexpr int kFragWords = sizeof(CoefFrag) / 4, kTermsWords = sizeof(CoefTerms) / 4;
 constexpr int kDxTermWords = 32 * (kFragWords + kTermsWords);  // a tile's block: [lane][CoefFrag], [lane][CoefTerms]
 static_assert(sizeof(CoefFrag) % 16 == 0 && sizeof(CoefTerms) % 16 == 0 && kDxTermWords == 1024);
@@ -2523,7 +2525,7 @@ constexpr int kDxMmaThreads = 256, kDxMmaD = 64, kDxMmaTM = 16, kDxStages = 4, k
 constexpr int kDxRowBytes = H4 * kDxMmaD * 2, kDxGyRowBytes = kDxMmaD * 2;
 constexpr int kDxCoefBytes = kDxMmaTM * kDxCoefStride * 4;
 constexpr int kDxStageBytes = kDxMmaTM * (kDxRowBytes + kDxGyRowBytes) + kDxCoefBytes + kDxTermWords * 4;
-static_assert(kDxMmaTM == kTermTileTokens && kDxTermWords * 4 == kDxMmaThreads * 16, "a tile's terms: a chunk a thread");
+static_assert(kDxMmaTM == kTermTileTokens && kDxTermWords * 4 == kDxMmaThreads * 16, "a tile's terms: 16 B a thread");
 constexpr size_t kDxMmaSmem = size_t(kDxStages) * kDxStageBytes;
 
 __device__ __forceinline__ void mma1688(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0) {

@@ -124,6 +124,7 @@ struct MixBwdSums {
   unsigned* arrivals;
 };
 // grad_x = r (g_mixes @ fn) - c x + pre_h grad_y (one rounding); partial[s] = sum over split s of (r g_mixes)^T x.
+// coef: as launch_mix_bwd_token wrote it (mix_coef_floats: hc_pre's tensor-core kernel reads the terms after the rows).
 // partial: [splits, M, H*D]. Launches even when tokens == 0 (the partials are then zeros). Then `sums`, in the same
 // launch where the tensor-core kernel runs (hc_pre, bf16, hidden a multiple of 64), else in launches of their own.
 void launch_mix_bwd_dx_dfn(MixKind kind, Dtype dt, const void* x, const void* grad_y, const float* coef,
