@@ -33,7 +33,7 @@ H = 4 instantiation (ptxas, sm_90a):
   mix_bwd_dx_dfn_mma           the same for hc_pre with bf16 streams and hidden % 64 == 0, both products on
                                mma.sync (coef, split by the token kernel, and fn in bf16 terms); a CTA owns
                                64 hidden positions of all streams, tiles of 16 tokens (and their coefficient
-                               terms) through a 4-stage cp.async ring                128 reg, 65 KB dyn smem
+                               terms) through a 4-stage ring that one thread fills by TMA  127 reg, 64 KB dyn smem
   mix_comb_bwd<H>              hc_pre's Sinkhorn backward alone (PreKind::comb_backward; at hc 4
                                comb_backward_quad), before mix_fused_bwd_mma         4 threads/token 66 reg
   mix_fused_bwd_mma            hc_pre's backward in one pass (hidden 4096): mix_fused_bwd's cluster with
@@ -96,7 +96,11 @@ percentages are one-pass bytes over time, against the copy rate):
           SASS 393 -> 270 instructions): dx_dfn_mma+sums 0.5049 -> 0.4545 ms, token 0.0203 -> 0.0173, the whole
           0.7003 -> 0.6653 ms on an H200 (41.2 -> 43.7%; 3 alternating runs, each faster; grad_x the same bits,
           grad_fn too where the token splits were whole tiles already; `parity run --perf` 0.6608 ms, 43.6%;
-          reports/gpu/2026-11-28-h200-coef-terms-ab.log)
+          reports/gpu/2026-11-28-h200-coef-terms-ab.log); dx_dfn_mma's ring filled by one thread's TMA copies, where
+          every thread's cp.async had cost ~150 of a warp's ~470 instructions a tile: dx_dfn_mma+sums 0.4542 ->
+          0.3926 ms (74% of the copy rate on its bytes), the whole 0.6648 -> 0.5994 ms on an H200 (43.5 -> 48.2%; 3
+          alternating runs, each faster; the same hashes at 37, 1001, 4096 and 16384 tokens; `parity run --perf`
+          0.5976 ms, 48.2%; reports/gpu/2026-11-28-h200-dx-dfn-tma-ab.log)
   hc_head fwd 0.453 ms (50%), fused with TMA + ldmatrix 0.358 ms (62%), st.async 0.258 ms (87%; `parity run
           --perf` 0.243 ms, 92%), two slots of warp partials 0.241 -> 0.237 (`parity run --perf` 0.238 ms, 94%), fn
           before the ring (see hc_pre) 0.2370 -> 0.2336 (`parity run --perf` 0.2351 ms, 95%);
@@ -1101,6 +1105,24 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, i
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(bar))
       : "memory");
 }
+// Box at coordinates (c0 innermost, c1) of a 2-D tensor map.
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
+          "r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_addr(bar))
+      : "memory");
+}
+// `bytes` (a multiple of 16) from src (16-byte aligned) into shared memory, counted on bar as the tensor copies are.
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smem_addr(dst)),
+               "l"(src), "r"(bytes), "r"(smem_addr(bar))
+               : "memory");
+}
+// This thread's writes to shared memory ordered before later accesses by the async proxy (the next tensor copy into
+// the same bytes, issued after a barrier).
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 // fnT[k][m] = fn[m][k] for m < M, 0 for M <= m < MP.
 __global__ void __launch_bounds__(256) mix_fn_transpose_kernel(const float* __restrict__ fn, float* __restrict__ fnT,
@@ -2505,7 +2527,7 @@ __global__ void __launch_bounds__(kDxThreads, 3)
 // holds fn and the grad_fn sums in registers, 168 of them: 1.09 ms on the H100, a third of the copy rate. Here both
 // products run on mma.sync. A CTA of 8 warps owns 64 hidden positions d0 .. d0 + 63 of all H streams (warp w: stream
 // w / 2, 32 columns), so that g_y, shared by the streams, is read once; it walks a token split in tiles of 16 tokens
-// staged by a kDxStages-deep cp.async ring (x, g_y and the coefficient rows):
+// staged by a kDxStages-deep ring that thread 0 fills by TMA (x, g_y, the coefficient rows and their terms):
 //   grad_x tile [16 tokens x 8 columns] = coef [16 x 24 mixes] @ fn [24 x 8]: m16n8k16 + m16n8k8 (no padding of the
 //     24 mixes), coef and fn each split into two bf16 terms (hi + lo holds 16 significant bits) and the three larger
 //     products chained from zero: each product is within ~2^-16 of the fp32 one, far inside the bf16 rounding of
@@ -2514,19 +2536,24 @@ __global__ void __launch_bounds__(kDxThreads, 3)
 //     operand (loaded with ldmatrix.trans from the token-major tile), and coef is split exactly into three bf16 terms
 //     (split_terms<3>), so every product is exact; per tile the three terms chain from zero and the result is added to
 //     the fp32 sums with round-to-nearest (the tensor cores' accumulation truncates: see mma_bf16_split3).
-// Tiles are token-major with the 16-byte chunk c of row r stored at c ^ (r & 7): ldmatrix's 8 row addresses and the
-// epilogue's reads of one word of 8 rows then hit distinct banks. A warp reads only its own chunks of the x tile, so
-// its grad_x goes back into them and leaves in 16-byte stores, 64 bytes of a row together (written from the MMA
-// fragments directly, a 4-byte store per row and 8 columns, half of every 32-byte sector went to L2 unused and
-// L2 throughput bounded the kernel: ncu, H100). The coefficients' bf16 terms come split, a block of fragments a tile
-// (write_coef_terms); of the rows the ring also holds, only c and pre_h are read, padded to kDxCoefStride floats so
-// that rows g = 0..7 hit distinct banks.
-constexpr int kDxMmaThreads = 256, kDxMmaD = 64, kDxMmaTM = 16, kDxStages = 4, kDxCoefStride = 36, kDxMmaResident = 2;
-constexpr int kDxRowBytes = H4 * kDxMmaD * 2, kDxGyRowBytes = kDxMmaD * 2;
-constexpr int kDxCoefBytes = kDxMmaTM * kDxCoefStride * 4;
-constexpr int kDxStageBytes = kDxMmaTM * (kDxRowBytes + kDxGyRowBytes) + kDxCoefBytes + kDxTermWords * 4;
-static_assert(kDxMmaTM == kTermTileTokens && kDxTermWords * 4 == kDxMmaThreads * 16, "a tile's terms: 16 B a thread");
-constexpr size_t kDxMmaSmem = size_t(kDxStages) * kDxStageBytes;
+// Tiles are token-major, a stream's 64 positions of a token in a 128-byte line, with the 16-byte chunk c of line r at
+// c ^ (r & 7) (TMA's 128-byte swizzle): ldmatrix's 8 row addresses and the epilogue's reads of one word of 8 rows
+// then hit distinct banks, as do the reads of c and pre_h of 8 coefficient rows. A warp reads only its own chunks of
+// the x tile, so its grad_x goes back into them and leaves in 16-byte stores, 64 bytes of a row together (written
+// from the MMA fragments directly, a 4-byte store per row and 8 columns, half of every 32-byte sector went to L2
+// unused and L2 throughput bounded the kernel: ncu, H100). The coefficients' bf16 terms come split, a block of
+// fragments a tile (write_coef_terms); of the rows, only c and pre_h are read. With every thread copying its chunks
+// (cp.async), a tile took ~470 instructions a warp, ~150 of them the copies' addresses and bounds (SASS, sm_90a).
+constexpr int kDxMmaThreads = 256, kDxMmaD = 64, kDxMmaTM = 16, kDxStages = 4, kDxMmaResident = 2;
+// A stage: x's slice [stream][16 tokens][64 positions], g_y's [16 tokens][64] and the coefficient rows [16 tokens][32
+// floats], each in 128-byte lines with TMA's 128-byte swizzle, then the tile's block of terms.
+constexpr int kDxLine = 128, kDxStreamBytes = kDxMmaTM * kDxLine, kDxRowsBytes = kDxMmaTM * kDxLine;
+constexpr int kDxGyAt = H4 * kDxStreamBytes, kDxRowsAt = kDxGyAt + kDxStreamBytes, kDxTermsAt = kDxRowsAt + kDxRowsBytes;
+constexpr int kDxStageBytes = kDxTermsAt + kDxTermWords * 4;
+static_assert(kDxMmaTM == kTermTileTokens && kDxMmaD * 2 == kDxLine && PreKind::CW * 4 == kDxLine &&
+                  kDxStageBytes % 1024 == 0 && kDxRowsAt % 1024 == 0,
+              "a line is 64 positions of bf16 or a coefficient row; swizzled boxes 1024-aligned");
+constexpr size_t kDxMmaSmem = size_t(kDxStages) * kDxStageBytes + kDxStages * 8;  // the ring, its mbarriers
 
 __device__ __forceinline__ void mma1688(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
   asm("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
@@ -2534,9 +2561,12 @@ __device__ __forceinline__ void mma1688(float (&d)[4], uint32_t a0, uint32_t a1,
       : "r"(a0), "r"(a1), "r"(b0));
 }
 
-// Byte offset of the 16-byte chunk c of row r in a swizzled token-major tile with rows of RowBytes.
-template <int RowBytes>
-__device__ __forceinline__ int dx_chunk(int r, int c) { return r * RowBytes + ((c ^ (r & 7)) << 4); }
+// Byte offset of the 16-byte chunk c of line r in a box of 128-byte lines swizzled as TMA's SWIZZLE_128B does.
+__device__ __forceinline__ int dx_chunk(int r, int c) { return r * kDxLine + ((c ^ (r & 7)) << 4); }
+// Entry i of coefficient row r in a stage's rows.
+__device__ __forceinline__ float dx_row_at(const unsigned char* rows, int r, int i) {
+  return *reinterpret_cast<const float*>(rows + dx_chunk(r, i >> 2) + 4 * (i & 3));
+}
 
 // The tensor-core pieces of hc_pre's dx_dfn, shared by mix_bwd_dx_dfn_mma and mix_fused_bwd_mma: the 24 mixes are
 // one k16 step (0-15) and one k8 step (16-23); a coefficient row is `stride` floats (r g_mixes, c, pre_h).
@@ -2613,22 +2643,23 @@ struct DxFinish {
 };
 
 __global__ void __launch_bounds__(kDxMmaThreads, kDxMmaResident)
-    mix_bwd_dx_dfn_mma_kernel(const bf16* __restrict__ x, const bf16* __restrict__ gy, const float* __restrict__ coef,
+    mix_bwd_dx_dfn_mma_kernel(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap gmap,
+                              const __grid_constant__ CUtensorMap cmap, const float* __restrict__ coef,
                               const float* __restrict__ fn, bf16* __restrict__ gx, float* __restrict__ part,
                               int64_t tokens, int H, int D, int M, int64_t per_split, DxFinish f) {
-  constexpr int MP = PreKind::MP, CW = PreKind::CW;
+  constexpr int MP = PreKind::MP;
   static_assert(MP == 24, "the mixes are one k16 and one k8 step, three n-tiles of 8");
   static_assert(kDxMmaThreads == 32 * 2 * H4, "two warps per stream");
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
   const int K = H * D, d0 = blockIdx.x * kDxMmaD, h = warp >> 1;
-  const bool live = h < H;                          // warps of streams past H only stage tiles
-  const int kw = h * D + d0 + (warp & 1) * 32;      // the warp's first column of x, fn and grad_x
-  const int xc = warp * 4, gc = (warp & 1) * 4;     // its first 16-byte chunk in a row of the x and g_y tiles
+  const bool live = h < H;                       // warps of streams past H only keep the barriers
+  const int kw = h * D + d0 + (warp & 1) * 32;   // the warp's first column of x, fn and grad_x
+  const int xc = (warp & 1) * 4;                 // its first 16-byte chunk in a line of its stream's tile and of g_y's
   const int64_t tb = int64_t(blockIdx.y) * per_split;
   const int64_t te = tb + per_split < tokens ? tb + per_split : tokens;
   const int tiles = te > tb ? int((te - tb + kDxMmaTM - 1) / kDxMmaTM) : 0;
-  const uint32_t* terms = coef_terms(coef, tokens);
-  extern __shared__ __align__(16) unsigned char smem[];
+  extern __shared__ __align__(1024) unsigned char fused_smem[];  // 128-byte-swizzled TMA destinations: 1024-aligned
+  unsigned char* const smem = fused_smem;
   const int splits = int(gridDim.y) - (f.arrivals ? 1 : 0);
   if (int(blockIdx.y) == splits) {
     griddep_wait();  // the gate rows are the token kernel's
@@ -2638,6 +2669,31 @@ __global__ void __launch_bounds__(kDxMmaThreads, kDxMmaResident)
   }
   if (d0 >= D) return;  // the grid is as wide as the larger of its two rows
 
+  // Tile n lands in ring stage n % kDxStages by thread 0's copies, counted on the stage's mbarrier: x's slice and
+  // g_y's (issue_data; inputs, so the first stages' go out before the wait for the token kernel), then the
+  // coefficient rows and the tile's block of terms (issue_coef). Past the last token the boxes read zeros.
+  uint64_t* landed = reinterpret_cast<uint64_t*>(smem + kDxStages * kDxStageBytes);
+  const unsigned stage_bytes = unsigned(H) * kDxStreamBytes + kDxStreamBytes + kDxRowsBytes + kDxTermWords * 4;
+  const auto issue_data = [&](int n) {
+    unsigned char* st = smem + (n % kDxStages) * kDxStageBytes;
+    const int t0 = int(tb) + n * kDxMmaTM;
+    mbar_expect_bytes(landed + n % kDxStages, stage_bytes);
+    tma_load_4d(st, &xmap, 0, t0, blockIdx.x, 0, landed + n % kDxStages);
+    tma_load_4d(st + kDxGyAt, &gmap, 0, t0, blockIdx.x, 0, landed + n % kDxStages);
+  };
+  const auto issue_coef = [&](int n) {
+    unsigned char* st = smem + (n % kDxStages) * kDxStageBytes;
+    const int64_t t0 = tb + int64_t(n) * kDxMmaTM;  // a multiple of 16: per_split is
+    tma_load_2d(st + kDxRowsAt, &cmap, 0, int(t0), landed + n % kDxStages);
+    bulk_load(st + kDxTermsAt, coef_terms(coef, tokens) + t0 / kTermTileTokens * kDxTermWords, kDxTermWords * 4,
+              landed + n % kDxStages);
+  };
+  if (tid == 0) {
+    for (int st = 0; st < kDxStages; ++st) mbar_init(landed + st, 1);
+    mbar_init_fence();
+    for (int p = 0; p < kDxStages && p < tiles; ++p) issue_data(p);
+  }
+
   // fn's 4 n-tiles of this warp as B fragments in two terms, for the whole launch.
   FnFrag fb[4];
 #pragma unroll
@@ -2645,95 +2701,59 @@ __global__ void __launch_bounds__(kDxMmaThreads, kDxMmaResident)
   // grad_fn^T sums: [m-tile of 16 columns][n-tile of 8 mixes][4].
   float acc[2][3][4] = {};
 
-  // Tile i into ring stage st: 512 x chunks (32 a row: 8 per stream) and 128 of g_y (issue_data), 128 of
-  // coefficients (issue_coef, the upper half's threads).
-  const auto issue_data = [&](int i, int st) {
-    unsigned char* xs = smem + st * kDxStageBytes;
-    unsigned char* gs = xs + kDxMmaTM * kDxRowBytes;
-    const int64_t t0 = tb + int64_t(i) * kDxMmaTM;
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int v = tid + j * kDxMmaThreads, r = v >> 5, c = v & 31, s = c >> 3;
-      const bool full = t0 + r < te && s < H;
-      cp_async16(xs + dx_chunk<kDxRowBytes>(r, c), full ? x + (t0 + r) * K + s * D + d0 + 8 * (c & 7) : x, full);
-    }
-    if (tid < 128) {
-      const int r = tid >> 3, c = tid & 7;
-      const bool full = t0 + r < te;
-      cp_async16(gs + dx_chunk<kDxGyRowBytes>(r, c), full ? gy + (t0 + r) * D + d0 + 8 * c : gy, full);
-    }
-  };
-  const auto issue_coef = [&](int i, int st) {
-    unsigned char* cs = smem + st * kDxStageBytes + kDxMmaTM * (kDxRowBytes + kDxGyRowBytes);
-    const int64_t t0 = tb + int64_t(i) * kDxMmaTM;  // a multiple of 16: per_split is
-    cp_async16(cs + kDxCoefBytes + 16 * tid, terms + t0 / kTermTileTokens * kDxTermWords + 4 * tid, true);
-    if (tid < 128) return;
-    const int r = (tid - 128) >> 3, c = tid & 7;
-    const bool full = t0 + r < te;
-    cp_async16(cs + (r * kDxCoefStride + 4 * c) * 4, full ? coef + (t0 + r) * CW + 4 * c : coef, full);
-  };
-  static_assert(kDxMmaTM * CW / 4 == 128, "coefficient chunks: one per thread of the upper half");
-
-  // The first stages' x and g_y (inputs) go out before the wait for the token kernel, their coefficients after it;
-  // the first group holds them all, so that the ring's count of one group a tile holds from there on.
-#pragma unroll
-  for (int p = 0; p < kDxStages - 1; ++p)
-    if (p < tiles) issue_data(p, p);
   griddep_wait();
-#pragma unroll
-  for (int p = 0; p < kDxStages - 1; ++p) {
-    if (p < tiles) issue_coef(p, p);
-    cp_async_commit();
-  }
+  if (tid == 0)
+    for (int p = 0; p < kDxStages && p < tiles; ++p) issue_coef(p);
+  __syncthreads();  // the mbarriers initialised, before any wait on them
+  const int gx_row = lane >> 2, gx_src = dx_chunk(gx_row, xc + (lane & 3));
+  const int64_t gx_off = int64_t(gx_row) * K + kw + 8 * (lane & 3);
   for (int i = 0; i < tiles; ++i) {
-    cp_async_wait<kDxStages - 2>();
-    __syncthreads();  // tile i has landed; the stage refilled next was last read in tile i - 1
-    if (const int n = i + kDxStages - 1; n < tiles) issue_data(n, n % kDxStages), issue_coef(n, n % kDxStages);
-    cp_async_commit();
-    if (!live) continue;
-    unsigned char* xs = smem + (i % kDxStages) * kDxStageBytes;
-    const unsigned char* gs = xs + kDxMmaTM * kDxRowBytes;
-    const float* cs = reinterpret_cast<const float*>(gs + kDxMmaTM * kDxGyRowBytes);
+    unsigned char* const st = smem + (i % kDxStages) * kDxStageBytes;
+    if (live) {
+      mbar_wait(landed + i % kDxStages, (i / kDxStages) & 1);
+      unsigned char* xs = st + h * kDxStreamBytes;  // the warp's stream
+      const unsigned char* gs = st + kDxGyAt;
+      const unsigned char* rows = st + kDxRowsAt;
+      const uint32_t* terms_s = reinterpret_cast<const uint32_t*>(st + kDxTermsAt);
 
-    // grad_fn: x^T of the warp's two m-tiles (ldmatrix.trans: matrices (columns +0/+8) x (tokens 0-7/8-15)).
-    uint32_t xa[2][4];
+      // grad_fn: x^T of the warp's two m-tiles (ldmatrix.trans: matrices (columns +0/+8) x (tokens 0-7/8-15)).
+      uint32_t xa[2][4];
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
-      const int mi = lane >> 3, r = (lane & 7) + 8 * (mi >> 1), c = xc + 2 * mt + (mi & 1);
-      ldmatrix_x4<true>(xa[mt], xs + dx_chunk<kDxRowBytes>(r, c));
-    }
-    const uint32_t* terms_s = reinterpret_cast<const uint32_t*>(cs + kDxMmaTM * kDxCoefStride);
-    grad_fn_mma(acc, xa, load_lane<CoefTerms>(terms_s + 32 * kFragWords + lane * kTermsWords));
+      for (int mt = 0; mt < 2; ++mt) {
+        const int mi = lane >> 3, r = (lane & 7) + 8 * (mi >> 1), c = xc + 2 * mt + (mi & 1);
+        ldmatrix_x4<true>(xa[mt], xs + dx_chunk(r, c));
+      }
+      grad_fn_mma(acc, xa, load_lane<CoefTerms>(terms_s + 32 * kFragWords + lane * kTermsWords));
 
-    // grad_x: coef rows g and g + 8 as A fragments in two terms, then an n-tile at a time.
-    const CoefFrag ca = load_lane<CoefFrag>(terms_s + lane * kFragWords);
-    const float c_lo = cs[g * kDxCoefStride + MP], c_hi = cs[(g + 8) * kDxCoefStride + MP];
-    const float p_lo = cs[g * kDxCoefStride + MP + 1 + h], p_hi = cs[(g + 8) * kDxCoefStride + MP + 1 + h];
+      // grad_x: coef rows g and g + 8 as A fragments in two terms, then an n-tile at a time.
+      const CoefFrag ca = load_lane<CoefFrag>(terms_s + lane * kFragWords);
+      const float c_lo = dx_row_at(rows, g, MP), c_hi = dx_row_at(rows, g + 8, MP);
+      const float p_lo = dx_row_at(rows, g, MP + 1 + h), p_hi = dx_row_at(rows, g + 8, MP + 1 + h);
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-      float d[1][4];
-      grad_x_mma<1>(d, ca, {fb[nt]});
-      // This lane's word q (columns 2q, 2q+1) of chunk nt, rows g and g + 8: x in, grad_x back in its place.
-      uint32_t* x0 = reinterpret_cast<uint32_t*>(xs + dx_chunk<kDxRowBytes>(g, xc + nt) + 4 * q);
-      uint32_t* x8 = reinterpret_cast<uint32_t*>(xs + dx_chunk<kDxRowBytes>(g + 8, xc + nt) + 4 * q);
-      const uint32_t g0 = *reinterpret_cast<const uint32_t*>(gs + dx_chunk<kDxGyRowBytes>(g, gc + nt) + 4 * q);
-      const uint32_t g8 = *reinterpret_cast<const uint32_t*>(gs + dx_chunk<kDxGyRowBytes>(g + 8, gc + nt) + 4 * q);
-      const uint32_t w0 = *x0, w8 = *x8;  // both read before either is written (the compiler cannot tell them apart)
-      *x0 = dx_word(d[0][0], d[0][1], c_lo, w0, p_lo, g0);
-      *x8 = dx_word(d[0][2], d[0][3], c_hi, w8, p_hi, g8);
+      for (int nt = 0; nt < 4; ++nt) {
+        float d[1][4];
+        grad_x_mma<1>(d, ca, {fb[nt]});
+        // This lane's word q (columns 2q, 2q+1) of chunk nt, rows g and g + 8: x in, grad_x back in its place.
+        uint32_t* x0 = reinterpret_cast<uint32_t*>(xs + dx_chunk(g, xc + nt) + 4 * q);
+        uint32_t* x8 = reinterpret_cast<uint32_t*>(xs + dx_chunk(g + 8, xc + nt) + 4 * q);
+        const uint32_t g0 = *reinterpret_cast<const uint32_t*>(gs + dx_chunk(g, xc + nt) + 4 * q);
+        const uint32_t g8 = *reinterpret_cast<const uint32_t*>(gs + dx_chunk(g + 8, xc + nt) + 4 * q);
+        const uint32_t w0 = *x0, w8 = *x8;  // both read before either is written (the compiler cannot tell them apart)
+        *x0 = dx_word(d[0][0], d[0][1], c_lo, w0, p_lo, g0);
+        *x8 = dx_word(d[0][2], d[0][3], c_hi, w8, p_hi, g8);
+      }
+      __syncwarp();
+      // The warp's grad_x tile: 16 rows x 4 chunks, two 16-byte stores a lane (rows lane / 4 and lane / 4 + 8).
+      const int64_t t0 = tb + int64_t(i) * kDxMmaTM, left = te - t0;
+      bf16* gt = gx + t0 * K + gx_off;
+      if (gx_row < left) *reinterpret_cast<uint4*>(gt) = *reinterpret_cast<const uint4*>(xs + gx_src);
+      if (gx_row + 8 < left)
+        *reinterpret_cast<uint4*>(gt + 8 * K) = *reinterpret_cast<const uint4*>(xs + gx_src + 8 * kDxLine);
+      fence_proxy_async();  // grad_x written into the stage, before the tensor copy that refills it
     }
-    __syncwarp();
-    // The warp's grad_x tile: 16 rows x 4 chunks, two 16-byte stores a lane.
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int v = lane + 32 * j, r = v >> 2, c = v & 3;
-      const int64_t t = tb + int64_t(i) * kDxMmaTM + r;
-      if (t < te)
-        *reinterpret_cast<uint4*>(gx + t * K + kw + 8 * c) =
-            *reinterpret_cast<const uint4*>(xs + dx_chunk<kDxRowBytes>(r, xc + c));
-    }
+    __syncthreads();  // every warp is done with the stage: it takes tile i + kDxStages
+    if (tid == 0 && i + kDxStages < tiles) issue_data(i + kDxStages), issue_coef(i + kDxStages);
   }
-  cp_async_wait<0>();
 
   // acc[mt][nt]: columns 16 mt + g (+8 for e >= 2), mixes 8 nt + 2q (+1 for odd e).
   if (live)
@@ -3507,9 +3527,10 @@ struct FusedLaunch {
   FusedLaunch(const FusedLaunch&) = delete;  // cfg points at attr
 };
 
-// x [tokens][streams][hidden] as the fused kernels' 4-D tensor map (see the forward's layout note) with its box: a
-// tile's slice of every stream (x: H4 streams; the backward's g_y: one).
-CUtensorMap fused_x_map(const void* x, int64_t tokens, int64_t hidden, int dc, int streams = H4) {
+// A tensor map of `rank` dims (innermost first; strides in bytes of dims 1..rank-1) whose boxes land in shared memory
+// with the 128-byte swizzle.
+CUtensorMap swizzled_map(CUtensorMapDataType type, cuuint32_t rank, const void* p, const cuuint64_t* dims,
+                         const cuuint64_t* strides, const cuuint32_t* box) {
   static const auto encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found{};
@@ -3519,20 +3540,25 @@ CUtensorMap fused_x_map(const void* x, int64_t tokens, int64_t hidden, int dc, i
       fn = nullptr;
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
-  if (!encode) throw std::runtime_error("hc fused kernels: the driver has no cuTensorMapEncodeTiled");
+  if (!encode) throw std::runtime_error("hc kernels: the driver has no cuTensorMapEncodeTiled");
   CUtensorMap map;
+  const cuuint32_t step[4] = {1, 1, 1, 1};
+  const CUresult r = encode(&map, type, rank, const_cast<void*>(p), dims, strides, box, step,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw std::runtime_error("hc kernels: cuTensorMapEncodeTiled failed (CUresult " + std::to_string(int(r)) + ")");
+  return map;
+}
+
+// x [tokens][streams][hidden] as the fused kernels' 4-D tensor map (see the forward's layout note) with its box: a
+// tile's slice of every stream (x: H4 streams; the backward's g_y: one).
+CUtensorMap fused_x_map(const void* x, int64_t tokens, int64_t hidden, int dc, int streams = H4) {
   // [stream][hidden / 64][token][64]: strides (bytes) of dims 1-3 are token, chunk, stream.
   const cuuint64_t dims[4] = {64, cuuint64_t(tokens), cuuint64_t(hidden / 64), cuuint64_t(streams)};
   const cuuint64_t strides[3] = {cuuint64_t(streams * hidden) * 2, 128, cuuint64_t(hidden) * 2};
   const cuuint32_t box[4] = {64, cuuint32_t(kFusedTM), cuuint32_t(dc / 64), cuuint32_t(streams)};
-  const cuuint32_t step[4] = {1, 1, 1, 1};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(x), dims, strides, box, step,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    throw std::runtime_error("hc fused kernels: cuTensorMapEncodeTiled failed (CUresult " + std::to_string(int(r)) +
-                             ")");
-  return map;
+  return swizzled_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, x, dims, strides, box);
 }
 
 template <typename F>
@@ -3816,8 +3842,14 @@ void launch_mix_bwd_dx_dfn(MixKind kind, Dtype dt, const void* x, const void* gr
     // Dependent on the token kernel (its coefficients, gate rows and zeroed counters are read after griddep_wait):
     // the CTAs load fn and their first x and g_y tiles while it runs. x, g_y and fn are written before the token
     // kernel starts, and the token kernel writes none of them.
+    // No tile is copied where there are no tokens, but a map needs a row.
+    const int64_t rows = std::max<int64_t>(tokens, 1);
+    const cuuint64_t cdims[2] = {cuuint64_t(PreKind::CW), cuuint64_t(rows)}, cstride[1] = {PreKind::CW * 4};
+    const cuuint32_t cbox[2] = {cuuint32_t(PreKind::CW), cuuint32_t(kDxMmaTM)};
+    static_assert(kDxMmaTM == kFusedTM && kDxMmaD == 64, "x and g_y boxes as the fused kernels': 16 tokens x 64");
     launch_dependent(mix_bwd_dx_dfn_mma_kernel, grid, dim3(kDxMmaThreads), kDxMmaSmem, stream,
-                     static_cast<const bf16*>(x), static_cast<const bf16*>(grad_y), coef, fn,
+                     fused_x_map(x, rows, hidden, kDxMmaD, hc), fused_x_map(grad_y, rows, hidden, kDxMmaD, 1),
+                     swizzled_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, coef, cdims, cstride, cbox), coef, fn,
                      static_cast<bf16*>(grad_x), partial, tokens, hc, int(hidden), mix_rows(kind, hc), per_split, f);
     if (fold) return;
   } else {
