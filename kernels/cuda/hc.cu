@@ -100,7 +100,10 @@ percentages are one-pass bytes over time, against the copy rate):
           every thread's cp.async had cost ~150 of a warp's ~470 instructions a tile: dx_dfn_mma+sums 0.4542 ->
           0.3926 ms (74% of the copy rate on its bytes), the whole 0.6648 -> 0.5994 ms on an H200 (43.5 -> 48.2%; 3
           alternating runs, each faster; the same hashes at 37, 1001, 4096 and 16384 tokens; `parity run --perf`
-          0.5976 ms, 48.2%; reports/gpu/2026-11-28-h200-dx-dfn-tma-ab.log)
+          0.5976 ms, 48.2%; reports/gpu/2026-11-28-h200-dx-dfn-tma-ab.log); each stage refilled by the last warp
+          done with it instead of after a barrier of all eight: dx_dfn_mma+sums 0.3955 -> 0.3819 ms (73 -> 76%), the
+          whole 0.6037 -> 0.5904 ms (47.7 -> 48.8%; 3 alternating runs, each faster, the same hashes;
+          reports/gpu/2026-11-29-h200-dx-dfn-last-warp-refill-ab.log)
   hc_head fwd 0.453 ms (50%), fused with TMA + ldmatrix 0.358 ms (62%), st.async 0.258 ms (87%; `parity run
           --perf` 0.243 ms, 92%), two slots of warp partials 0.241 -> 0.237 (`parity run --perf` 0.238 ms, 94%), fn
           before the ring (see hc_pre) 0.2370 -> 0.2336 (`parity run --perf` 0.2351 ms, 95%);
@@ -2527,7 +2530,8 @@ __global__ void __launch_bounds__(kDxThreads, 3)
 // holds fn and the grad_fn sums in registers, 168 of them: 1.09 ms on the H100, a third of the copy rate. Here both
 // products run on mma.sync. A CTA of 8 warps owns 64 hidden positions d0 .. d0 + 63 of all H streams (warp w: stream
 // w / 2, 32 columns), so that g_y, shared by the streams, is read once; it walks a token split in tiles of 16 tokens
-// staged by a kDxStages-deep ring that thread 0 fills by TMA (x, g_y, the coefficient rows and their terms):
+// staged by a kDxStages-deep ring filled by TMA (x, g_y, the coefficient rows and their terms; the first tiles by
+// thread 0, each later one by the last warp done with its stage):
 //   grad_x tile [16 tokens x 8 columns] = coef [16 x 24 mixes] @ fn [24 x 8]: m16n8k16 + m16n8k8 (no padding of the
 //     24 mixes), coef and fn each split into two bf16 terms (hi + lo holds 16 significant bits) and the three larger
 //     products chained from zero: each product is within ~2^-16 of the fp32 one, far inside the bf16 rounding of
@@ -2553,7 +2557,7 @@ constexpr int kDxStageBytes = kDxTermsAt + kDxTermWords * 4;
 static_assert(kDxMmaTM == kTermTileTokens && kDxMmaD * 2 == kDxLine && PreKind::CW * 4 == kDxLine &&
                   kDxStageBytes % 1024 == 0 && kDxRowsAt % 1024 == 0,
               "a line is 64 positions of bf16 or a coefficient row; swizzled boxes 1024-aligned");
-constexpr size_t kDxMmaSmem = size_t(kDxStages) * kDxStageBytes + kDxStages * 8;  // the ring, its mbarriers
+constexpr size_t kDxMmaSmem = size_t(kDxStages) * kDxStageBytes + kDxStages * 12;  // the ring, mbarriers, counts
 
 __device__ __forceinline__ void mma1688(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
   asm("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
@@ -2669,10 +2673,11 @@ __global__ void __launch_bounds__(kDxMmaThreads, kDxMmaResident)
   }
   if (d0 >= D) return;  // the grid is as wide as the larger of its two rows
 
-  // Tile n lands in ring stage n % kDxStages by thread 0's copies, counted on the stage's mbarrier: x's slice and
+  // Tile n lands in ring stage n % kDxStages by one thread's copies, counted on the stage's mbarrier: x's slice and
   // g_y's (issue_data; inputs, so the first stages' go out before the wait for the token kernel), then the
   // coefficient rows and the tile's block of terms (issue_coef). Past the last token the boxes read zeros.
   uint64_t* landed = reinterpret_cast<uint64_t*>(smem + kDxStages * kDxStageBytes);
+  unsigned* done = reinterpret_cast<unsigned*>(landed + kDxStages);  // per stage: warps done with it, ever
   const unsigned stage_bytes = unsigned(H) * kDxStreamBytes + kDxStreamBytes + kDxRowsBytes + kDxTermWords * 4;
   const auto issue_data = [&](int n) {
     unsigned char* st = smem + (n % kDxStages) * kDxStageBytes;
@@ -2689,7 +2694,7 @@ __global__ void __launch_bounds__(kDxMmaThreads, kDxMmaResident)
               landed + n % kDxStages);
   };
   if (tid == 0) {
-    for (int st = 0; st < kDxStages; ++st) mbar_init(landed + st, 1);
+    for (int st = 0; st < kDxStages; ++st) mbar_init(landed + st, 1), done[st] = 0;
     mbar_init_fence();
     for (int p = 0; p < kDxStages && p < tiles; ++p) issue_data(p);
   }
@@ -2704,55 +2709,61 @@ __global__ void __launch_bounds__(kDxMmaThreads, kDxMmaResident)
   griddep_wait();
   if (tid == 0)
     for (int p = 0; p < kDxStages && p < tiles; ++p) issue_coef(p);
-  __syncthreads();  // the mbarriers initialised, before any wait on them
+  __syncthreads();  // the mbarriers and counters initialised, before any use
+  const unsigned warps = 2u * unsigned(H < H4 ? H : H4);  // the live ones
   const int gx_row = lane >> 2, gx_src = dx_chunk(gx_row, xc + (lane & 3));
   const int64_t gx_off = int64_t(gx_row) * K + kw + 8 * (lane & 3);
-  for (int i = 0; i < tiles; ++i) {
+  for (int i = 0; i < tiles && live; ++i) {
     unsigned char* const st = smem + (i % kDxStages) * kDxStageBytes;
-    if (live) {
-      mbar_wait(landed + i % kDxStages, (i / kDxStages) & 1);
-      unsigned char* xs = st + h * kDxStreamBytes;  // the warp's stream
-      const unsigned char* gs = st + kDxGyAt;
-      const unsigned char* rows = st + kDxRowsAt;
-      const uint32_t* terms_s = reinterpret_cast<const uint32_t*>(st + kDxTermsAt);
+    mbar_wait(landed + i % kDxStages, (i / kDxStages) & 1);
+    unsigned char* xs = st + h * kDxStreamBytes;  // the warp's stream
+    const unsigned char* gs = st + kDxGyAt;
+    const unsigned char* rows = st + kDxRowsAt;
+    const uint32_t* terms_s = reinterpret_cast<const uint32_t*>(st + kDxTermsAt);
 
-      // grad_fn: x^T of the warp's two m-tiles (ldmatrix.trans: matrices (columns +0/+8) x (tokens 0-7/8-15)).
-      uint32_t xa[2][4];
+    // grad_fn: x^T of the warp's two m-tiles (ldmatrix.trans: matrices (columns +0/+8) x (tokens 0-7/8-15)).
+    uint32_t xa[2][4];
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
-        const int mi = lane >> 3, r = (lane & 7) + 8 * (mi >> 1), c = xc + 2 * mt + (mi & 1);
-        ldmatrix_x4<true>(xa[mt], xs + dx_chunk(r, c));
-      }
-      grad_fn_mma(acc, xa, load_lane<CoefTerms>(terms_s + 32 * kFragWords + lane * kTermsWords));
-
-      // grad_x: coef rows g and g + 8 as A fragments in two terms, then an n-tile at a time.
-      const CoefFrag ca = load_lane<CoefFrag>(terms_s + lane * kFragWords);
-      const float c_lo = dx_row_at(rows, g, MP), c_hi = dx_row_at(rows, g + 8, MP);
-      const float p_lo = dx_row_at(rows, g, MP + 1 + h), p_hi = dx_row_at(rows, g + 8, MP + 1 + h);
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-        float d[1][4];
-        grad_x_mma<1>(d, ca, {fb[nt]});
-        // This lane's word q (columns 2q, 2q+1) of chunk nt, rows g and g + 8: x in, grad_x back in its place.
-        uint32_t* x0 = reinterpret_cast<uint32_t*>(xs + dx_chunk(g, xc + nt) + 4 * q);
-        uint32_t* x8 = reinterpret_cast<uint32_t*>(xs + dx_chunk(g + 8, xc + nt) + 4 * q);
-        const uint32_t g0 = *reinterpret_cast<const uint32_t*>(gs + dx_chunk(g, xc + nt) + 4 * q);
-        const uint32_t g8 = *reinterpret_cast<const uint32_t*>(gs + dx_chunk(g + 8, xc + nt) + 4 * q);
-        const uint32_t w0 = *x0, w8 = *x8;  // both read before either is written (the compiler cannot tell them apart)
-        *x0 = dx_word(d[0][0], d[0][1], c_lo, w0, p_lo, g0);
-        *x8 = dx_word(d[0][2], d[0][3], c_hi, w8, p_hi, g8);
-      }
-      __syncwarp();
-      // The warp's grad_x tile: 16 rows x 4 chunks, two 16-byte stores a lane (rows lane / 4 and lane / 4 + 8).
-      const int64_t t0 = tb + int64_t(i) * kDxMmaTM, left = te - t0;
-      bf16* gt = gx + t0 * K + gx_off;
-      if (gx_row < left) *reinterpret_cast<uint4*>(gt) = *reinterpret_cast<const uint4*>(xs + gx_src);
-      if (gx_row + 8 < left)
-        *reinterpret_cast<uint4*>(gt + 8 * K) = *reinterpret_cast<const uint4*>(xs + gx_src + 8 * kDxLine);
-      fence_proxy_async();  // grad_x written into the stage, before the tensor copy that refills it
+    for (int mt = 0; mt < 2; ++mt) {
+      const int mi = lane >> 3, r = (lane & 7) + 8 * (mi >> 1), c = xc + 2 * mt + (mi & 1);
+      ldmatrix_x4<true>(xa[mt], xs + dx_chunk(r, c));
     }
-    __syncthreads();  // every warp is done with the stage: it takes tile i + kDxStages
-    if (tid == 0 && i + kDxStages < tiles) issue_data(i + kDxStages), issue_coef(i + kDxStages);
+    grad_fn_mma(acc, xa, load_lane<CoefTerms>(terms_s + 32 * kFragWords + lane * kTermsWords));
+
+    // grad_x: coef rows g and g + 8 as A fragments in two terms, then an n-tile at a time.
+    const CoefFrag ca = load_lane<CoefFrag>(terms_s + lane * kFragWords);
+    const float c_lo = dx_row_at(rows, g, MP), c_hi = dx_row_at(rows, g + 8, MP);
+    const float p_lo = dx_row_at(rows, g, MP + 1 + h), p_hi = dx_row_at(rows, g + 8, MP + 1 + h);
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      float d[1][4];
+      grad_x_mma<1>(d, ca, {fb[nt]});
+      // This lane's word q (columns 2q, 2q+1) of chunk nt, rows g and g + 8: x in, grad_x back in its place.
+      uint32_t* x0 = reinterpret_cast<uint32_t*>(xs + dx_chunk(g, xc + nt) + 4 * q);
+      uint32_t* x8 = reinterpret_cast<uint32_t*>(xs + dx_chunk(g + 8, xc + nt) + 4 * q);
+      const uint32_t g0 = *reinterpret_cast<const uint32_t*>(gs + dx_chunk(g, xc + nt) + 4 * q);
+      const uint32_t g8 = *reinterpret_cast<const uint32_t*>(gs + dx_chunk(g + 8, xc + nt) + 4 * q);
+      const uint32_t w0 = *x0, w8 = *x8;  // both read before either is written (the compiler cannot tell them apart)
+      *x0 = dx_word(d[0][0], d[0][1], c_lo, w0, p_lo, g0);
+      *x8 = dx_word(d[0][2], d[0][3], c_hi, w8, p_hi, g8);
+    }
+    __syncwarp();
+    // The warp's grad_x tile: 16 rows x 4 chunks, two 16-byte stores a lane (rows lane / 4 and lane / 4 + 8).
+    const int64_t t0 = tb + int64_t(i) * kDxMmaTM, left = te - t0;
+    bf16* gt = gx + t0 * K + gx_off;
+    if (gx_row < left) *reinterpret_cast<uint4*>(gt) = *reinterpret_cast<const uint4*>(xs + gx_src);
+    if (gx_row + 8 < left)
+      *reinterpret_cast<uint4*>(gt + 8 * K) = *reinterpret_cast<const uint4*>(xs + gx_src + 8 * kDxLine);
+    fence_proxy_async();  // grad_x written into the stage, before the tensor copy that refills it
+    __syncwarp();
+    // The last warp done with the stage refills it with tile i + kDxStages, so that no warp waits for the others.
+    if (lane == 0) {
+      __threadfence_block();
+      if (atomicAdd(done + i % kDxStages, 1u) == (unsigned(i / kDxStages) + 1) * warps - 1 && i + kDxStages < tiles) {
+        __threadfence_block();
+        issue_data(i + kDxStages), issue_coef(i + kDxStages);
+      }
+    }
   }
 
   // acc[mt][nt]: columns 16 mt + g (+8 for e >= 2), mixes 8 nt + 2q (+1 for odd e).
