@@ -102,8 +102,11 @@ percentages are one-pass bytes over time, against the copy rate):
           alternating runs, each faster; the same hashes at 37, 1001, 4096 and 16384 tokens; `parity run --perf`
           0.5976 ms, 48.2%; reports/gpu/2026-11-28-h200-dx-dfn-tma-ab.log); each stage refilled by the last warp
           done with it instead of after a barrier of all eight: dx_dfn_mma+sums 0.3955 -> 0.3819 ms (73 -> 76%), the
-          whole 0.6037 -> 0.5904 ms (47.7 -> 48.8%; 3 alternating runs, each faster, the same hashes;
-          reports/gpu/2026-11-29-h200-dx-dfn-last-warp-refill-ab.log)
+          whole 0.6037 -> 0.5904 ms (47.7 -> 48.8%; 3 alternating runs, each faster, the same hashes; `parity run
+          --perf` 0.5868 ms, 48.8%; reports/gpu/2026-11-29-h200-dx-dfn-last-warp-refill-ab.log). Tried and dropped
+          since: grad_x out by one tensor copy of the stage from that warp (x1.074: its wait for the copy's reads
+          holds the refill back, and ptxas recomputes more offsets in the loop) and a 5-stage ring (x1.014;
+          reports/gpu/2026-11-29-h200-dx-dfn-tma-store-ab.log)
   hc_head fwd 0.453 ms (50%), fused with TMA + ldmatrix 0.358 ms (62%), st.async 0.258 ms (87%; `parity run
           --perf` 0.243 ms, 92%), two slots of warp partials 0.241 -> 0.237 (`parity run --perf` 0.238 ms, 94%), fn
           before the ring (see hc_pre) 0.2370 -> 0.2336 (`parity run --perf` 0.2351 ms, 95%);
