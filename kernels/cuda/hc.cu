@@ -2278,6 +2278,9 @@ __device__ void write_coef_terms(const MixBwdTokenArgs& a, int64_t t, const floa
 // on an H100 at V4 dims: hc_pre 0.0203 -> 0.0230 ms, hc_head 0.0091 -> 0.0121 (3 runs of bench/hc_ab.sh;
 // reports/gpu/2026-11-28-h100-token-warp-stage-hints-ab.log): 32x the warps, each with 72 fp64 shuffles a token.
 // Block 0 also zeroes the n_arrivals counters that mix_bwd_dx_dfn_mma's finish counts on.
+// Launched the ordinary way: as a programmatic dependent launch of the reduce, the backward took 0.5900 -> 0.6810 ms
+// (H200, V4 dims), dx_dfn_mma's CTAs (which this kernel's trigger lets launch) coming up beside the reduce's last
+// blocks (reports/gpu/2026-11-29-h200-token-pdl-of-reduce-ab.log).
 template <class Kind, int HC>
 __global__ void __launch_bounds__(128) mix_bwd_token_kernel(MixBwdTokenArgs a, unsigned* arrivals, int n_arrivals) {
   griddep_launch_dependents();  // dx_dfn_mma's CTAs load fn and their first x and g_y tiles meanwhile
