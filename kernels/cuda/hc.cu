@@ -106,7 +106,9 @@ percentages are one-pass bytes over time, against the copy rate):
           --perf` 0.5868 ms, 48.8%; reports/gpu/2026-11-29-h200-dx-dfn-last-warp-refill-ab.log). Tried and dropped
           since: grad_x out by one tensor copy of the stage from that warp (x1.074: its wait for the copy's reads
           holds the refill back, and ptxas recomputes more offsets in the loop) and a 5-stage ring (x1.014;
-          reports/gpu/2026-11-29-h200-dx-dfn-tma-store-ab.log)
+          reports/gpu/2026-11-29-h200-dx-dfn-tma-store-ab.log); grad_x staged apart from the ring so that the stage
+          is released before the tile's stores (x1.009: the fences did not wait on them;
+          reports/gpu/2026-11-29-h200-dx-dfn-gx-staging-ab.log)
   hc_head fwd 0.453 ms (50%), fused with TMA + ldmatrix 0.358 ms (62%), st.async 0.258 ms (87%; `parity run
           --perf` 0.243 ms, 92%), two slots of warp partials 0.241 -> 0.237 (`parity run --perf` 0.238 ms, 94%), fn
           before the ring (see hc_pre) 0.2370 -> 0.2336 (`parity run --perf` 0.2351 ms, 95%);
