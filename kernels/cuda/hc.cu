@@ -33,7 +33,7 @@ H = 4 instantiation (ptxas, sm_90a):
   mix_bwd_dx_dfn_mma           the same for hc_pre with bf16 streams and hidden % 64 == 0, both products on
                                mma.sync (coef, split by the token kernel, and fn in bf16 terms); a CTA owns
                                64 hidden positions of all streams, tiles of 16 tokens (and their coefficient
-                               terms) through a 4-stage ring that one thread fills by TMA  127 reg, 64 KB dyn smem
+                               terms) through a 4-stage ring filled by TMA         128 reg, 64 KB dyn smem
   mix_comb_bwd<H>              hc_pre's Sinkhorn backward alone (PreKind::comb_backward; at hc 4
                                comb_backward_quad), before mix_fused_bwd_mma         4 threads/token 66 reg
   mix_fused_bwd_mma            hc_pre's backward in one pass (hidden 4096): mix_fused_bwd's cluster with
@@ -126,7 +126,9 @@ with 41% more copy rate than the H100, the H200 leaves them bound by their instr
 (run54, run55, copy 4.23 TB/s): hc_pre fwd 0.296 / 0.294 ms (54%), bwd 0.706 / 0.700 (41%); hc_head bwd 0.452 (63%).
 hc_pre's backward in parts (standalone, reports/gpu/2026-11-28-h200-hc-timing.log): reduce 0.187 ms (85%), token
 0.020, dx_dfn_mma with its sums 0.50 (58%: the H100's 0.486 ms), so on both cards dx_dfn_mma's own instructions and
-latency set the two passes' pace.
+latency set the two passes' pace. Since (its ring by TMA, each stage refilled by its last warp): at fbdecd0 (run58)
+hc_pre bwd 0.5911 ms (48.4%), in parts reduce 0.190 ms (83%), token 0.018, dx_dfn_mma with its sums 0.382 (76%;
+reports/gpu/2026-11-29-h200-dx-dfn-last-warp-refill-ab.log): two passes, even each at the copy rate, take 64%.
 */
 #include "kernels/cuda/hc.cuh"
 
