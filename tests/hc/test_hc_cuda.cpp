@@ -52,6 +52,9 @@ const std::vector<Shape>& shapes() {
       {4, 257, 4096, {}, "V4 hidden (K = 16384): bf16 takes the fused forward (17 tiles of 16 tokens, the last one "
                          "token); fp32 256 K-chunks; grad_fn over several token splits"},
       {4, 40, 2048, {}, "hidden 2048: the fused forward with one 32-element block per warp, a half tile at the end"},
+      {3, 600, 4096, {}, "hc = 3 at V4 hidden: hc_pre's bf16 dx_dfn on the tensor cores with 6 live warps a CTA; on "
+                         "132 SMs 4 token splits of up to 10 tiles, so the last of those warps refills a ring stage "
+                         "up to twice"},
   };
   return s;
 }
