@@ -108,7 +108,13 @@ percentages are one-pass bytes over time, against the copy rate):
           holds the refill back, and ptxas recomputes more offsets in the loop) and a 5-stage ring (x1.014;
           reports/gpu/2026-11-29-h200-dx-dfn-tma-store-ab.log); grad_x staged apart from the ring so that the stage
           is released before the tile's stores (x1.009: the fences did not wait on them;
-          reports/gpu/2026-11-29-h200-dx-dfn-gx-staging-ab.log)
+          reports/gpu/2026-11-29-h200-dx-dfn-gx-staging-ab.log). Ablations then (timing only): without the MMAs
+          x1.19 (slower), without grad_fn's x1.00, without the coefficient copies (6 KB a tile from L2) x0.923; but
+          both ways tried to carry fewer of them were slower, with the same bits: CTAs of 16 warps over 128 hidden
+          positions x1.19, c and pre_h inside the block of terms (4352 bytes a tile, no box of rows) x1.06, ncu
+          showing longer waits for the tiles at a lower DRAM throughput; tiles walked last to first (the reduce's
+          last tokens still in L2) x0.98-0.99, not worth grad_fn's changed bits
+          (reports/gpu/2026-11-29-h200-dx-dfn-ablations-width-terms-ab.log, the patches beside it)
   hc_head fwd 0.453 ms (50%), fused with TMA + ldmatrix 0.358 ms (62%), st.async 0.258 ms (87%; `parity run
           --perf` 0.243 ms, 92%), two slots of warp partials 0.241 -> 0.237 (`parity run --perf` 0.238 ms, 94%), fn
           before the ring (see hc_pre) 0.2370 -> 0.2336 (`parity run --perf` 0.2351 ms, 95%);
