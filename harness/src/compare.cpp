@@ -238,6 +238,20 @@ template <typename D>
   }
   return vmax(a, b);
 }
+// x / y where y (>= 0) is nonzero, else 0: not defined there, and no defined one (at least 0) is smaller. At 64 bytes
+// a division under the mask of an integer test (the floating-point compares share pipes with the kernel's many
+// additions); AVX2 has no masks: the quotient is masked after.
+template <typename D>
+[[gnu::always_inline]] inline D defined_quotient(D x, D y) {
+  using L = Vec<int64_t, sizeof(D)>;
+#if defined(__x86_64__)
+  if constexpr (sizeof(D) == 64) {
+    using Q = long long __attribute__((vector_size(64)));  // the builtin's own type
+    return __builtin_ia32_divpd512_mask(x, y, D{}, __builtin_ia32_ptestmq512((Q)y, (Q)y, 0xFF), 4);  // 4: as above
+  }
+#endif
+  return (D)((L)(x / y) & ~((L)y == 0));
+}
 template <typename D>
 [[gnu::always_inline]] inline D vabs(D x) {
   return (D)((Vec<uint64_t, sizeof(D)>)x & ~(uint64_t{1} << 63));
@@ -374,19 +388,25 @@ template <typename T>
   if (i % kPerLine == 0) prefetch(p + i, ahead);
 }
 
-// Counts errors[0, n) into the slot counts, element c into copy c % kErrCopies.
+// Counts errors[0, n) into the slot counts, element c into copy c % kErrCopies (delta -1: takes them back out).
 template <int n>
-[[gnu::always_inline]] inline void count_errors(uint32_t* counts, const double* errors) {
-  for (int c = 0; c < n; ++c) ++counts[c % kErrCopies * kErrCopyStride + err_slot(errors[c])];
+[[gnu::always_inline]] inline void count_errors(uint32_t* counts, const double* errors, uint32_t delta = 1) {
+  for (int c = 0; c < n; ++c) counts[c % kErrCopies * kErrCopyStride + err_slot(errors[c])] += delta;
 }
 
 // n (a multiple of 32) elements of actual against expected, and with kCountErrors their errors into err_counts. False,
-// with s and b partly written, where one of them is not finite in TU. Two loops, so that each has few accumulators (the
-// expected side's magnitude goes to the first where its bits hold it exactly): a sum spilled to the stack would chain
-// every iteration on a store-to-load forward. The second's six sums of eight lanes take six AVX-512 registers but
-// twelve of AVX2's sixteen, where GCC spills some: the AVX2 kernel is ~8% slower than with four lanes (2.9 -> 3.15 ms
-// at 2^22, bf16 against fp32, on a Zen 4 made to take it), and a third loop for the sums of products costs more
-// (3.47 ms). Every kernel sums in the same order, so all ISAs give the same bits.
+// with s and b partly written (and no counts added), where one of them is not finite in TU. The work is two pieces:
+// `first`, the bits, distances and integer maxima of kWords elements, and `step`, the fp64 sums of kLanes (the
+// expected side's magnitude goes to `first` where its bits hold it exactly). At 32 bytes each is a loop of its own, so
+// that each has few accumulators: a sum spilled to the stack would chain every iteration on a store-to-load forward.
+// The six sums of eight lanes take six AVX-512 registers but twelve of AVX2's sixteen, where GCC spills some: the AVX2
+// kernel is ~8% slower than with four lanes (2.9 -> 3.15 ms at 2^22, bf16 against fp32, on a Zen 4 made to take it),
+// and a third loop for the sums of products costs more (3.47 ms). At 64 bytes both run in one loop, `first`'s work
+// under the divider's pace (one VDIVPD zmm a step), which the second of two loops ran at while the first left the
+// divider idle: one thread, bf16 against fp32, 5.26 -> 4.71 ms at 2^22 and 84.8 -> 75.5 ms at 2^26 (fp32 pairs 4.98 ->
+// 4.38, 78.9 -> 68.4; with defined_quotient's masked division 4.55 / 73.7 and 4.18 / 66.2; Emerald Rapids, 6 ABBA
+// rounds of bench/cpu_compare_ab.sh each, every round faster: reports/cpu/2026-11-29-intel-xeon-ci-compare-one-pass-
+// ab.log). Every kernel sums in the same order, so all ISAs give the same bits.
 template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
 [[gnu::always_inline]] inline bool scan_vector_block(const TA* act, const TE* exp, int64_t n, VectorSums<kBytes>& s,
                                                      VectorArrays& b, uint32_t* err_counts) {
@@ -399,7 +419,8 @@ template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
   constexpr bool kExactProducts = !std::is_same_v<TA, double> && !std::is_same_v<TE, double>;  // see add_product
   U max_mag{}, max_expected{};
   I expected_zero{};
-  for (int64_t i = 0; i < n; i += V::kWords) {
+  // kWords elements from i: bits, distances, maxima, and a bf16 side's fp32 copy for `step`.
+  const auto first = [&](int64_t i) {
     const UlpBits<U> a = load_bits<TA, TU, kBytes>(act + i), e = load_bits<TE, TU, kBytes>(exp + i);
     if constexpr (std::is_same_v<TA, c10::BFloat16>) store(b.act_f32 + i, a.sign);
     if constexpr (std::is_same_v<TE, c10::BFloat16>) store(b.exp_f32 + i, e.sign);
@@ -413,7 +434,7 @@ template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
     const I d = (I)(a.mag - e.mag);
     const U ulp = (I)(a.sign ^ e.sign) < 0 ? a.mag + e.mag : (U)(d < 0 ? -d : d);
     store(b.ulp + i, ulp);
-    // The next block's 16-bit sides here, the wider ones in the second loop (see the note above scan_chunk_baseline).
+    // The next block's 16-bit sides here, the wider ones in `step` (see the note above scan_chunk_baseline).
     if constexpr (sizeof(TA) == 2) prefetch_line(act, i, kBlock);
     if constexpr (sizeof(TE) == 2) prefetch_line(exp, i, kBlock);
     s.max_ulp = vmax(s.max_ulp, ulp);
@@ -423,13 +444,13 @@ template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
       s.ulp_low += ulp & 0xFFFFu;
       s.ulp_high += ulp >> 16;
     }
-  }
-  if (lane_max(max_mag) >= UlpFormat<TU>::kInfBits) return false;
+  };
+  const auto finite = [&] { return lane_max(max_mag) < UlpFormat<TU>::kInfBits; };
   D max_e_abs{};
   L e_zero{};
   // kLanes elements from i, a vector of kDoubles at a time: the vector of each sum's lanes it adds to is known here.
   const auto step = [&](int64_t i) {
-    // The next block's wider sides, spread over the block's longest loop: the hardware prefetcher alone falls behind
+    // The next block's wider sides, spread over the block's longest work: the hardware prefetcher alone falls behind
     // while the block is computed, and a burst of prefetches stalls it (see the note above scan_chunk_baseline). Past
     // the end of the tensor they are harmless: prefetches do not fault.
     if constexpr (sizeof(TA) != 2) prefetch_line(act, i, kBlock);
@@ -438,10 +459,7 @@ template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
     for (int part = 0; part < LaneSum<kBytes>::kParts; ++part, i += V::kDoubles) {
       const D av = load_values<D>(act + i, b.act_f32 + i), ev = load_values<D>(exp + i, b.exp_f32 + i);
       const D diff = av - ev, err = vabs(diff), e_abs = vabs(ev);
-      // An integer compare: the floating-point ones share pipes with this loop's many additions.
-      const L zero = (L)e_abs == 0;
-      // 0 where the relative error is not defined: it cannot exceed a defined one, which is at least 0.
-      const D rel = (D)((L)(err / e_abs) & ~zero);
+      const D rel = defined_quotient(err, e_abs);
       store(b.abs + i, err);
       s.sum_abs.add(part, err);
       s.sum_rel.add(part, rel);
@@ -453,7 +471,7 @@ template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
       s.max_rel = max_of_nonnegative(s.max_rel, rel);
       if constexpr (!kExpectedBits) {
         max_e_abs = vmax(max_e_abs, e_abs);
-        e_zero -= zero;
+        e_zero -= (L)e_abs == 0;  // an integer compare (see defined_quotient)
       }
     }
   };
@@ -462,11 +480,31 @@ template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
   // still in flight waits for the store to complete.
   constexpr int64_t kLag = 32;
   const int64_t lead = std::min(kLag, n);
+  if constexpr (kBytes == 64) {
+    // One loop (see above): the finiteness check comes after the counts, which a block that fails it takes back.
+    for (int64_t i = 0; i < n; i += V::kWords) {
+      first(i);
+#pragma GCC unroll 2
+      for (int64_t j = i; j < i + V::kWords; j += kLanes) {
+        step(j);
+        if constexpr (kCountErrors)
+          if (j >= kLag) count_errors<kLanes>(err_counts, b.abs + j - kLag);
+      }
+    }
+    if (!finite()) {
+      if constexpr (kCountErrors)
+        for (int64_t j = 0; j < n - lead; j += kLanes) count_errors<kLanes>(err_counts, b.abs + j, ~0u);
+      return false;
+    }
+  } else {
+    for (int64_t i = 0; i < n; i += V::kWords) first(i);
+    if (!finite()) return false;
 #pragma GCC unroll 1
-  for (int64_t i = 0; i < lead; i += kLanes) step(i);
-  for (int64_t i = lead; i < n; i += kLanes) {
-    step(i);
-    if constexpr (kCountErrors) count_errors<kLanes>(err_counts, b.abs + i - kLag);
+    for (int64_t i = 0; i < lead; i += kLanes) step(i);
+    for (int64_t i = lead; i < n; i += kLanes) {
+      step(i);
+      if constexpr (kCountErrors) count_errors<kLanes>(err_counts, b.abs + i - kLag);
+    }
   }
   if constexpr (kCountErrors) {
 #pragma GCC unroll 1
