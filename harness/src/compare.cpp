@@ -867,10 +867,11 @@ class ChunkScan {
 // (reports/cpu/2026-11-27-h200-host-compare-ablations.log). Where the prefetches go (once per line, prefetch_line):
 // all in the block's short first loop, none through the second, which takes most of the block's time, left Zen 4's
 // fp32 pairs ~10% slower than all in the second; but there a 16-bit side's slowed the Intel hosts (bf16 against fp32,
-// one thread at 2^26: 87.6 -> 94.4 ms). So a 16-bit side's go in the first loop and a wider side's in the second:
-// Intel bf16 / fp32 at 2^26 87.6 / 88.1 (all in the first) -> 85.2 / 80.3 ms, faster in 10 / 8 of 10 rounds pinned to
-// one core (fp32 pairs ran the same code as all in the second, 84.5 ms: a spread of ~5% between two builds of one
-// path); Zen 4 59.9 / 62.9 -> 60.8 / 56.7 (4 rounds; reports/cpu/2026-11-27-compare-prefetch-in-sums-loop-ab.log).
+// one thread at 2^26: 87.6 -> 94.4 ms). So a 16-bit side's go in `first` and a wider side's in `step` (one loop at
+// 64 bytes since): Intel bf16 / fp32 at 2^26 87.6 / 88.1 (all in the first) -> 85.2 / 80.3 ms, faster in 10 / 8 of 10
+// rounds pinned to one core (fp32 pairs ran the same code as all in the second, 84.5 ms: a spread of ~5% between two
+// builds of one path); Zen 4 59.9 / 62.9 -> 60.8 / 56.7 (4 rounds; reports/cpu/2026-11-27-compare-prefetch-in-sums-
+// loop-ab.log).
 template <typename TA, typename TE, typename TU, typename... Args>
 [[gnu::flatten]] void scan_chunk_baseline(const TA* act, const TE* exp, int64_t begin, int64_t end, Args&... args) {
   ChunkScan<TA, TE, TU, 32>(act, exp, args...).scan(begin, end);
