@@ -403,10 +403,11 @@ template <int n>
 // kernel is ~8% slower than with four lanes (2.9 -> 3.15 ms at 2^22, bf16 against fp32, on a Zen 4 made to take it),
 // and a third loop for the sums of products costs more (3.47 ms). At 64 bytes both run in one loop, `first`'s work
 // under the divider's pace (one VDIVPD zmm a step), which the second of two loops ran at while the first left the
-// divider idle: one thread, bf16 against fp32, 5.26 -> 4.71 ms at 2^22 and 84.8 -> 75.5 ms at 2^26 (fp32 pairs 4.98 ->
-// 4.38, 78.9 -> 68.4; with defined_quotient's masked division 4.55 / 73.7 and 4.18 / 66.2; Emerald Rapids, 6 ABBA
-// rounds of bench/cpu_compare_ab.sh each, every round faster: reports/cpu/2026-11-29-intel-xeon-ci-compare-one-pass-
-// ab.log). Every kernel sums in the same order, so all ISAs give the same bits.
+// divider idle: one thread, bf16 against fp32, 5.33 -> 4.77 ms at 2^22 and 84.6 -> 75.5 ms at 2^26 (fp32 pairs 5.00 ->
+// 4.38, 78.8 -> 68.7); with defined_quotient's masked division, against the two loops in another A/B, 5.26 -> 4.55
+// and 84.8 -> 73.7 ms (fp32 pairs 4.98 -> 4.18, 78.9 -> 66.2). Emerald Rapids, 6 ABBA rounds of bench/cpu_compare_ab.sh
+// each, every round faster: reports/cpu/2026-11-29-intel-xeon-ci-compare-one-pass-ab.log. Every kernel sums in the
+// same order, so all ISAs give the same bits.
 template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
 [[gnu::always_inline]] inline bool scan_vector_block(const TA* act, const TE* exp, int64_t n, VectorSums<kBytes>& s,
                                                      VectorArrays& b, uint32_t* err_counts) {
