@@ -135,6 +135,8 @@ hc_pre's backward in parts (standalone, reports/gpu/2026-11-28-h200-hc-timing.lo
 latency set the two passes' pace. Since (its ring by TMA, each stage refilled by its last warp): at fbdecd0 (run58)
 hc_pre bwd 0.5911 ms (48.4%), in parts reduce 0.190 ms (83%), token 0.018, dx_dfn_mma with its sums 0.382 (76%;
 reports/gpu/2026-11-29-h200-dx-dfn-last-warp-refill-ab.log): two passes, even each at the copy rate, take 64%.
+The fused kernels' clusters of 16 run on 112 of the H200's 132 SMs (7 fit its GPCs); hc_head's backward on clusters of
+8 (15 fit: 120 SMs) 0.4514-0.4562 -> 0.4308-0.4396 ms (`parity run --perf` 0.4308 ms, 66.0%; see mix_fused_bwd).
 */
 #include "kernels/cuda/hc.cuh"
 
@@ -1410,13 +1412,13 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 constexpr int kFusedCluster = 16, kFusedWarps = 16, kFusedTM = 16, kFusedStages = 6;
 constexpr int kFusedThreads = 32 * kFusedWarps;
 
-// The tiles of kFusedTM tokens one cluster of a fused kernel takes: its n-th is tile(n) = id + n * stride of the
-// launch, `count` of them.
+// The tiles of `tm` tokens one cluster of `cluster` CTAs of a fused kernel takes: its n-th is tile(n) = id + n * stride
+// of the launch, `count` of them.
 struct ClusterTiles {
   int64_t id, stride, count;
-  __device__ explicit ClusterTiles(int64_t tokens)
-      : id(blockIdx.x / kFusedCluster), stride(gridDim.x / kFusedCluster) {
-    const int64_t tiles = (tokens + kFusedTM - 1) / kFusedTM;
+  __device__ explicit ClusterTiles(int64_t tokens, int cluster = kFusedCluster, int tm = kFusedTM)
+      : id(blockIdx.x / cluster), stride(gridDim.x / cluster) {
+    const int64_t tiles = (tokens + tm - 1) / tm;
     count = id < tiles ? (tiles - id + stride - 1) / stride : 0;
   }
   __device__ int64_t tile(int64_t n) const { return id + n * stride; }
@@ -1438,18 +1440,19 @@ struct FusedTile {
   static constexpr int CollapseLag = NT > 1 ? 3 : 2, PreSlots = CollapseLag + 1;
 };
 
-template <int BPW>
+// A CTA's slice of a tile of TM tokens, in a cluster of C CTAs (CTA r finishes token r: C = TM).
+template <int BPW, int C = kFusedCluster, int TM = kFusedTM>
 struct FusedSlice {
-  static constexpr int Dc = BPW * kFusedHidden / kFusedCluster;  // hidden slice per CTA
-  static constexpr int Kc = H4 * Dc;                              // elements of a token per CTA
+  static constexpr int Dc = BPW * kFusedHidden / C;  // hidden slice per CTA
+  static constexpr int Kc = H4 * Dc;                  // elements of a token per CTA
   static constexpr int Chunks = Dc / 64;  // 128-byte chunks of a stream's slice
-  static constexpr int StageBytes = kFusedTM * Kc * 2;
-  static_assert(Kc / 32 == kFusedWarps * BPW, "every warp owns BPW blocks of 32 k");
-  static_assert(Dc % 64 == 0 && kFusedTM == 16, "a stage is whole 128-byte lines, 16 rows per chunk");
+  static constexpr int StageBytes = TM * Kc * 2;
+  static_assert(C == TM, "CTA r finishes token r of the tile");
+  static_assert(Dc % 64 == 0 && TM % 8 == 0, "a stage is whole 128-byte lines, whole swizzle rounds of 8 rows");
   // Byte offset in a stage of row r's line of chunk c of stream h, and of its 16-byte unit u (elements 8u .. 8u + 7
   // of the slice).
   static __device__ __forceinline__ unsigned line(unsigned h, unsigned r, unsigned c) {
-    return ((h * Chunks + c) * kFusedTM + r) * 128;
+    return ((h * Chunks + c) * TM + r) * 128;
   }
   static __device__ __forceinline__ unsigned at(unsigned h, unsigned r, unsigned u) {
     return line(h, r, u / 8) + ((u % 8) ^ (r % 8)) * 16;
@@ -1587,6 +1590,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
   namespace cg = cooperative_groups;
   using Tl = FusedTile<Kind::MP>;
   using Sl = FusedSlice<BPW>;
+  static_assert(Sl::Kc / 32 == kFusedWarps * BPW, "every warp owns BPW blocks of 32 k");
   constexpr int NT = Tl::NT, NC = Tl::NC, kCollapseLag = Tl::CollapseLag, kPreSlots = Tl::PreSlots;
   const MixFwdArgs& a = fa.m;
   cg::cluster_group cluster = cg::this_cluster();
@@ -2856,11 +2860,11 @@ bool dx_dfn_mma_ready() {
 // ---- hc_head's backward in one pass over x: mix_fused_bwd ------------------------------------------------------------
 // The two-pass backward (reduce, then dx_dfn) reads x and g_y twice: 1.56x the one-pass bytes, which caps it near 64%
 // of the copy rate (hc_head, H100, V4 dims: 0.714 ms, 56%). A token's coefficients need sums over its whole row, so
-// here a cluster of 16 CTAs holds a tile of 16 tokens, each CTA a slice of Dc hidden positions of every stream (x by
-// TMA, as mix_fused_fwd) and of g_y, until the tile's grad_x has been written:
+// here a cluster of kFbCluster (8) CTAs holds a tile of as many tokens, each CTA a slice of Dc hidden positions of
+// every stream (x by TMA, in mix_fused_fwd's layout) and of g_y, until the tile's grad_x has been written:
 //   a. compute warps, tile n: per row, this slice's sum x^2 and <g_y, x_h> (fp64 from exact products, as
-//      mix_bwd_reduce), 16 lanes a row, sent to CTA `row` by st.async;
-//   b. the finisher warp, tile n-1: CTA r sums token r's 16 partial rows in rank order, runs Kind::bwd_token (red,
+//      mix_bwd_reduce), a warp a row, sent to CTA `row` by st.async;
+//   b. the finisher warp, tile n-1: CTA r sums token r's 8 partial rows in rank order, runs Kind::bwd_token (red,
 //      coef and gate rows in global memory, as mix_bwd_token) and sends the coefficient row to every CTA;
 //   c. compute warps, tile n-2: grad_x as mix_bwd_dx_dfn computes it (the same expression, one rounding), and the
 //      grad_fn sums of the thread's 8 columns over its rows; the tile's ring stage then takes tile n+3.
@@ -2870,8 +2874,18 @@ bool dx_dfn_mma_ready() {
 // iteration n; the finisher at its start, so that its token (fp64 sigmoids on one thread) is off the barrier's
 // chain: its reads of a partial-row slot, in iteration m + 1, then still come before the slot's next sends (tile
 // m + 3, after X(m + 2)), as the slots rotate three deep.
+// Clusters of 8, not the forward's 16: Hopper's GPCs hold 7 clusters of 16 such CTAs (112 SMs of the H100's and H200's
+// 132) but 15 of 8 (120 SMs; cudaOccupancyMaxActiveClusters, H200; 4 also gives 120, 2 would give 132 but a tile of 2
+// tokens is no whole round of the 128-byte swizzle). A CTA's share of a tile is the same 16K elements (8 tokens of a
+// slice twice as wide), so the per-tile work and exchange stay as they were, on 7% more SMs: H200, V4 dims, 0.4514-
+// 0.4562 -> 0.4308-0.4396 ms (3 alternating runs of bench/hc_ab.sh, each faster; grad_x and the gate grads the same
+// bits, grad_fn summed in other splits; `parity run --perf` 0.4308 ms, 66.0%, against 63.4% in run59;
+// reports/gpu/2026-11-29-h200-head-bwd-cluster8-ab.log). Tried before it, slower or no faster (same log): the sum of
+// squares in four chains, one a stream, not one (x1.008: the DFMA chain is not what the tile waits for; ncu then, 16
+// CTAs: 2.25 warps a scheduler, issue 58% of active cycles, 0.94 eligible) and 16 compute warps of 4 columns a thread
+// (the same bits, x1.21: 1.36x the instructions, a row's coefficients loaded for half the columns).
 // The fused backwards' per-tile exchange (mix_fused_bwd, mix_fused_bwd_mma), in three pieces:
-// a. Row `row`'s sums over a stage of this CTA's slice (x's streams, then g_y's one, FusedSlice<BPW>'s layout): sum x^2
+// a. Row `row`'s sums over a stage of this CTA's slice (x's streams, then g_y's one, in Sl's layout): sum x^2
 //    and <g_y, x_h>, fp64 from exact products as mix_bwd_reduce, by RT lanes (an aligned group of the warp), lane j of
 //    the group taking units j, j + RT, ... of g_y's slice and the same positions of every stream. Returns partial row
 //    entry j (sum x^2, then <g_y, x_h>) in lane j < 1 + H4 of the group. Each bf16 widens by bf_f64 (hc_head's
@@ -2880,9 +2894,8 @@ bool dx_dfn_mma_ready() {
 //    mix_bwd_reduce (its loop 389 -> 263 instructions) made that read slower, for a reason the A/B does not show:
 //    hc_head's 0.229 -> 0.243 ms (it runs at 98% of copy: bound by memory, not by its instructions), hc_pre's 0.266 ->
 //    0.268. It keeps fp32 values there.
-template <int BPW, int RT>
+template <class Sl, int RT>
 __device__ __forceinline__ double fused_row_sums(const unsigned char* stage, int row, int j) {
-  using Sl = FusedSlice<BPW>;
   double ss = 0, gp[H4];
 #pragma unroll
   for (int h = 0; h < H4; ++h) gp[h] = 0;
@@ -2921,19 +2934,21 @@ __device__ __forceinline__ void send_row_entry(double* slot, uint64_t* rows_in, 
 // b. The finisher: token `rank`'s partial rows summed in rank order (entry `lane` in lanes < 1 + H4), once they are
 //    in; the slot is re-armed for its next tile. After the token's gate backward,
 // c. its coefficient row (entry e in lane e < CW) goes into row `rank` of every CTA's slot (`row` points there).
+//    C: the cluster's CTAs.
+template <int C>
 __device__ __forceinline__ double gather_rows(const double* slot, uint64_t* rows_in, unsigned parity) {
   const int lane = threadIdx.x & 31;
   mbar_wait<true>(rows_in, parity);
-  if (lane == 0) mbar_expect_bytes(rows_in, kFusedCluster * (1 + H4) * 8);
+  if (lane == 0) mbar_expect_bytes(rows_in, C * (1 + H4) * 8);
   double red = 0;
   if (lane < 1 + H4)
-    for (int c = 0; c < kFusedCluster; ++c) red += slot[c * (1 + H4) + lane];
+    for (int c = 0; c < C; ++c) red += slot[c * (1 + H4) + lane];
   return red;
 }
-template <int CW>
+template <int CW, int C>
 __device__ __forceinline__ void broadcast_coef(float* row, uint64_t* coef_in, float cf) {
 #pragma unroll
-  for (int i = threadIdx.x & 31; i < kFusedCluster * CW; i += 32) {  // CTA i / CW, entry i % CW (from lane i % CW)
+  for (int i = threadIdx.x & 31; i < C * CW; i += 32) {  // CTA i / CW, entry i % CW (from lane i % CW)
     const float v = __shfl_sync(~0u, cf, i % CW);
     st_async(cluster_addr(row + i % CW, i / CW), v, cluster_addr(coef_in, i / CW));
   }
@@ -2941,9 +2956,11 @@ __device__ __forceinline__ void broadcast_coef(float* row, uint64_t* coef_in, fl
 
 // d. The tiles themselves: a ring of Stages stages, x's slice (XBytes) then g_y's, both by TMA onto the stage's mbarrier
 //    (landed), beside the mbarriers of three st.async slots of partial rows (rows_in) and of coefficient rows (coef_in).
-//    Thread 0 starts it: barriers initialised and armed, the first tiles issued.
-template <int Stages, int StageBytes, int XBytes>
+//    Thread 0 starts it: barriers initialised and armed, the first tiles issued. S: the stage's layout (StageBytes,
+//    XBytes) over a cluster of C CTAs and a tile of TM tokens.
+template <int Stages, class S>
 struct FusedBwdTiles {
+  static constexpr int StageBytes = S::StageBytes, XBytes = S::XBytes, TM = S::TM, C = S::C;
   unsigned char* ring;
   uint64_t *landed, *rows_in, *coef_in;
   const CUtensorMap *xmap, *gmap;
@@ -2952,12 +2969,12 @@ struct FusedBwdTiles {
   __device__ void issue(int64_t tile, int st) const {
     unsigned char* dst = ring + size_t(st) * StageBytes;
     mbar_expect_bytes(landed + st, StageBytes);
-    tma_load_4d(dst, xmap, 0, int(tile * kFusedTM), chunk0, 0, landed + st);
-    tma_load_4d(dst + XBytes, gmap, 0, int(tile * kFusedTM), chunk0, 0, landed + st);
+    tma_load_4d(dst, xmap, 0, int(tile * TM), chunk0, 0, landed + st);
+    tma_load_4d(dst + XBytes, gmap, 0, int(tile * TM), chunk0, 0, landed + st);
   }
   __device__ void start(const ClusterTiles& mine, unsigned coef_bytes) const {
     for (int st = 0; st < Stages; ++st) mbar_init(landed + st, 1);
-    arm_slots(rows_in, 3, kFusedCluster * (1 + H4) * 8);
+    arm_slots(rows_in, 3, C * (1 + H4) * 8);
     arm_slots(coef_in, 3, coef_bytes);
     mbar_init_fence();
     for (int p = 0; p < Stages && p < mine.count; ++p) issue(mine.tile(p), p);
@@ -2973,25 +2990,29 @@ struct FusedBwdTiles {
   }
 };
 
-constexpr int kFbWarps = 8, kFbThreads = 32 * (kFbWarps + 1), kFbStages = 5;
+constexpr int kFbWarps = 8, kFbThreads = 32 * (kFbWarps + 1), kFbStages = 5, kFbCluster = 8;
 
 template <int BPW>
 struct FusedBwdSlice {
-  using Sl = FusedSlice<BPW>;  // x's stage as the forward's; g_y's follows it, one stream of the same layout
-  static constexpr int Dc = Sl::Dc, XBytes = Sl::StageBytes, StageBytes = XBytes + kFusedTM * Dc * 2;
+  // x's stage in the forward's layout, over a cluster of kFbCluster CTAs and a tile of as many tokens; g_y's follows
+  // it, one stream of the same layout.
+  static constexpr int TM = kFbCluster, C = kFbCluster;
+  using Sl = FusedSlice<BPW, C, TM>;
+  static constexpr int Dc = Sl::Dc, XBytes = Sl::StageBytes, StageBytes = XBytes + TM * Dc * 2;
   static constexpr int Units = H4 * Dc / 8;                // 16-byte units of a token's x slice
   static constexpr int Groups = 32 * kFbWarps / Units;     // c: row groups (a thread: one unit of Rows rows)
-  static constexpr int Rows = kFusedTM / Groups;
-  static constexpr int RowThreads = 32 * kFbWarps / kFusedTM;  // a: threads per row
+  static constexpr int Rows = TM / Groups;
+  static constexpr int RowThreads = 32 * kFbWarps / TM;  // a: threads per row
   static_assert(Dc / 8 % RowThreads == 0 && StageBytes % 1024 == 0, "whole units per thread, 1024-byte stages");
 };
 
 template <class Kind, int BPW>
 constexpr size_t mix_fused_bwd_smem_bytes() {
-  return size_t(kFbStages) * FusedBwdSlice<BPW>::StageBytes  // x and g_y ring
-         + size_t(3) * kFusedCluster * (1 + H4) * 8         // every CTA's partial row of token `rank` (fp64), x3
-         + size_t(3) * kFusedTM * Kind::CW * 4               // the tile's coefficient rows, three tiles
-         + size_t(kFbStages + 3 + 3) * 8;                    // mbarriers: ring stages, gpart and scoef slots
+  using Sb = FusedBwdSlice<BPW>;
+  return size_t(kFbStages) * Sb::StageBytes     // x and g_y ring
+         + size_t(3) * Sb::C * (1 + H4) * 8     // every CTA's partial row of token `rank` (fp64), x3
+         + size_t(3) * Sb::TM * Kind::CW * 4    // the tile's coefficient rows, three tiles
+         + size_t(kFbStages + 3 + 3) * 8;      // mbarriers: ring stages, gpart and scoef slots
 }
 
 struct FusedBwdArgs {
@@ -3006,28 +3027,27 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
                                                                       const __grid_constant__ CUtensorMap gmap,
                                                                       FusedBwdArgs fa) {
   static_assert(Kind::MP == H4 && Kind::CW <= 32 && Kind::GW <= 32, "grad_x on the CUDA cores: the head's 4 mixes");
-  using Sl = FusedSlice<BPW>;
   using Sb = FusedBwdSlice<BPW>;
+  using Sl = typename Sb::Sl;
   constexpr int MP = Kind::MP, CW = Kind::CW, NC = 1 + H4, D = BPW * kFusedHidden, K = H4 * D;
   const MixBwdTokenArgs& a = fa.t;
   const int rank = int(cooperative_groups::this_cluster().block_rank());
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const ClusterTiles mine(a.tokens);
+  const ClusterTiles mine(a.tokens, Sb::C, Sb::TM);
 
   extern __shared__ __align__(1024) unsigned char fused_smem[];
   unsigned char* ring = fused_smem;
   double* gpart = reinterpret_cast<double*>(ring + size_t(kFbStages) * Sb::StageBytes);  // [3][CTA][NC]
-  float* scoef = reinterpret_cast<float*>(gpart + 3 * kFusedCluster * NC);              // [3][row][CW]
-  uint64_t* landed = reinterpret_cast<uint64_t*>(scoef + 3 * kFusedTM * CW);             // [stage]
+  float* scoef = reinterpret_cast<float*>(gpart + 3 * Sb::C * NC);                        // [3][row][CW]
+  uint64_t* landed = reinterpret_cast<uint64_t*>(scoef + 3 * Sb::TM * CW);                // [stage]
   uint64_t* rows_in = landed + kFbStages;  // [3]
   uint64_t* coef_in = rows_in + 3;         // [3]
-  constexpr unsigned kCoefBytes = kFusedCluster * CW * 4;
+  constexpr unsigned kCoefBytes = Sb::C * CW * 4;
 
   // The gate's parameters, once (as the forward's finisher: each cluster-scope acquire invalidates L1).
   const float gate_scale = __ldg(a.scale), gate_base = lane < a.H ? __ldg(a.base + lane) : 0.f;
 
-  const FusedBwdTiles<kFbStages, Sb::StageBytes, Sb::XBytes> tiles{ring, landed, rows_in, coef_in, &xmap, &gmap,
-                                                                   rank * Sl::Chunks};
+  const FusedBwdTiles<kFbStages, Sb> tiles{ring, landed, rows_in, coef_in, &xmap, &gmap, rank * Sl::Chunks};
   if (tid == 0) tiles.start(mine, kCoefBytes);
   cluster_arrive_relaxed();
   cluster_wait();
@@ -3051,20 +3071,20 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
         // a. Row `row`: RowThreads lanes, each BPW units of g_y's slice and the same positions of every stream.
         mbar_wait(landed + n % kFbStages, unsigned(n / kFbStages) & 1);
         const int row = tid / Sb::RowThreads, j = tid % Sb::RowThreads;
-        const double v = fused_row_sums<BPW, Sb::RowThreads>(ring + size_t(n % kFbStages) * Sb::StageBytes, row, j);
+        const double v = fused_row_sums<Sl, Sb::RowThreads>(ring + size_t(n % kFbStages) * Sb::StageBytes, row, j);
         if (n > 0) cluster_wait(), waited = true;
-        send_row_entry(gpart + (n % 3) * kFusedCluster * NC, rows_in + n % 3, rank, row, j, v);
+        send_row_entry(gpart + (n % 3) * Sb::C * NC, rows_in + n % 3, rank, row, j, v);
       }
       if (n >= 2) {
         // c. Tile m = n - 2 from its ring stage, once every token's coefficients are in.
         const int64_t m = n - 2;
         mbar_wait<true>(coef_in + m % 3, unsigned(m / 3) & 1);
         const unsigned char* xs = ring + size_t(m % kFbStages) * Sb::StageBytes;
-        const float* cs = scoef + (m % 3) * kFusedTM * CW;
+        const float* cs = scoef + (m % 3) * Sb::TM * CW;
 #pragma unroll 2
         for (int rr = 0; rr < Sb::Rows; ++rr) {
           const int row = group * Sb::Rows + rr;
-          const int64_t t = mine.tile(m) * kFusedTM + row;
+          const int64_t t = mine.tile(m) * Sb::TM + row;
           const uint4 x4 = *reinterpret_cast<const uint4*>(xs + Sl::at(uh, row, uu));
           const uint4 g4 = *reinterpret_cast<const uint4*>(xs + Sb::XBytes + Sl::at(0, row, uu));
           const uint32_t xw[4] = {x4.x, x4.y, x4.z, x4.w}, gw[4] = {g4.x, g4.y, g4.z, g4.w};
@@ -3090,15 +3110,15 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
       if (n < 1 || n > mine.count) continue;
       // b. Token `rank` of tile m = n - 1: its mixes are loaded before the wait for its sums.
       const int64_t m = n - 1;
-      const int64_t t = mine.tile(m) * kFusedTM + rank;
+      const int64_t t = mine.tile(m) * Sb::TM + rank;
       const bool live = t < a.tokens;
       const float mix = live && lane < a.H ? a.mixes[t * a.H + lane] : 0.f;
-      const double red = gather_rows(gpart + (m % 3) * kFusedCluster * NC, rows_in + m % 3, unsigned(m / 3) & 1);
+      const double red = gather_rows<Sb::C>(gpart + (m % 3) * Sb::C * NC, rows_in + m % 3, unsigned(m / 3) & 1);
       float cf;
       double gg;
       Kind::bwd_token_warp(red, mix, gate_base, gate_scale, K, a.rms_eps, a.hc_eps, a.H, cf, gg);
       if (!live) cf = 0.f;  // the tile's rows past the last token: zeros (x is zero there too)
-      broadcast_coef<CW>(scoef + (m % 3) * kFusedTM * CW + rank * CW, coef_in + m % 3, cf);
+      broadcast_coef<CW, Sb::C>(scoef + (m % 3) * Sb::TM * CW + rank * CW, coef_in + m % 3, cf);
       if (live && lane < Kind::GW) a.gate[t * Kind::GW + lane] = gg;
     }
   }
@@ -3184,6 +3204,7 @@ static_assert(kFmLaunchRegs == 96 && kFmWarps * kFmComputeRegs + 4 * kFmFinisher
 
 struct FusedMmaBwd {
   using Sl = FusedSlice<2>;  // hidden 4096: Dc = 256, four chunks of 64 positions a stream
+  static constexpr int TM = kFusedTM, C = kFusedCluster;
   static constexpr int Dc = Sl::Dc, XBytes = Sl::StageBytes, StageBytes = XBytes + kFusedTM * Dc * 2;
   static constexpr int NT = 8;                                  // n-tiles of 8 columns in a warp's chunk
   static constexpr int FnBytes = kFmWarps * NT * 3 * 32 * 8;   // [warp][n-tile][k-step][lane] {lo, hi}
@@ -3223,8 +3244,7 @@ __global__ void __launch_bounds__(kFmThreads, 1) mix_fused_bwd_mma_kernel(const 
   uint64_t* coef_in = rows_in + 3;         // [3]
   constexpr unsigned kCoefBytes = kFusedCluster * CW * 4;
 
-  const FusedBwdTiles<kFmStages, F::StageBytes, F::XBytes> tiles{ring, landed, rows_in, coef_in, &xmap, &gmap,
-                                                                 rank * Sl::Chunks};
+  const FusedBwdTiles<kFmStages, F> tiles{ring, landed, rows_in, coef_in, &xmap, &gmap, rank * Sl::Chunks};
   if (tid == 0) tiles.start(mine, kCoefBytes);
 
   // The warp's chunk: stream h, 64 positions of it, columns kw .. kw + 63 of x, fn and grad_x.
@@ -3263,7 +3283,7 @@ __global__ void __launch_bounds__(kFmThreads, 1) mix_fused_bwd_mma_kernel(const 
       if (n < mine.count) {
         // a. Row `warp` of tile n: lane j takes unit j of g_y's slice and the same positions of every stream.
         mbar_wait(landed + n % kFmStages, unsigned(n / kFmStages) & 1);
-        const double v = fused_row_sums<2, 32>(ring + size_t(n % kFmStages) * F::StageBytes, warp, lane);
+        const double v = fused_row_sums<F::Sl, 32>(ring + size_t(n % kFmStages) * F::StageBytes, warp, lane);
         if (n > 0) cluster_wait(), waited = true;
         send_row_entry(gpart + (n % 3) * kFusedCluster * NC, rows_in + n % 3, rank, warp, lane, v);
       }
@@ -3345,12 +3365,13 @@ __global__ void __launch_bounds__(kFmThreads, 1) mix_fused_bwd_mma_kernel(const 
       const float mix = live && lane < a.M ? a.mixes[t * a.M + lane] : 0.f;
       const float g_post = live && lane >= H && lane < 2 * H ? a.g_post[t * H + lane - H] : 0.f;
       const double g_comb = live && lane >= 2 * H && lane < a.M ? a.gate[t * GW + lane] : 0.0;
-      const double red = gather_rows(gpart + (n % 3) * kFusedCluster * NC, rows_in + n % 3, unsigned(n / 3) & 1);
+      const double red =
+          gather_rows<kFusedCluster>(gpart + (n % 3) * kFusedCluster * NC, rows_in + n % 3, unsigned(n / 3) & 1);
       float cf;
       double gg;
       PreKind::bwd_token_warp(red, mix, base_m, s0, s1, s2, g_post, g_comb, a, cf, gg);
       if (!live) cf = 0.f;  // the tile's rows past the last token: zeros (x is zero there too)
-      broadcast_coef<CW>(scoef + (n % 3) * kFusedTM * CS + rank * CS, coef_in + n % 3, cf);
+      broadcast_coef<CW, kFusedCluster>(scoef + (n % 3) * kFusedTM * CS + rank * CS, coef_in + n % 3, cf);
       if (live && lane < GW) a.gate[t * GW + lane] = gg;
     }
     cluster_wait();  // no CTA leaves while another may still send into its shared memory
@@ -3541,14 +3562,15 @@ void launch_mix_fwd(MixKind kind, Dtype dt, const void* x, const float* fnT, con
 
 namespace {
 
-// The fused forward's launch: `clusters` clusters of kFusedCluster CTAs (a non-portable size: Hopper allows 16).
+// A fused kernel's launch: `clusters` clusters of `cluster` CTAs (16 is a non-portable size: Hopper allows it).
 struct FusedLaunch {
   cudaLaunchConfig_t cfg{};
   cudaLaunchAttribute attr{};
-  FusedLaunch(int clusters, size_t smem, cudaStream_t stream, int threads = kFusedThreads) {
+  FusedLaunch(int clusters, size_t smem, cudaStream_t stream, int threads = kFusedThreads,
+              int cluster = kFusedCluster) {
     attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = kFusedCluster, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
-    cfg.gridDim = dim3(unsigned(clusters * kFusedCluster)), cfg.blockDim = dim3(unsigned(threads));
+    attr.val.clusterDim.x = unsigned(cluster), attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
+    cfg.gridDim = dim3(unsigned(clusters * cluster)), cfg.blockDim = dim3(unsigned(threads));
     cfg.dynamicSmemBytes = smem, cfg.stream = stream, cfg.attrs = &attr, cfg.numAttrs = 1;
   }
   FusedLaunch(const FusedLaunch&) = delete;  // cfg points at attr
@@ -3579,12 +3601,12 @@ CUtensorMap swizzled_map(CUtensorMapDataType type, cuuint32_t rank, const void* 
 }
 
 // x [tokens][streams][hidden] as the fused kernels' 4-D tensor map (see the forward's layout note) with its box: a
-// tile's slice of every stream (x: H4 streams; the backward's g_y: one).
-CUtensorMap fused_x_map(const void* x, int64_t tokens, int64_t hidden, int dc, int streams = H4) {
+// tile's (tm tokens) slice of every stream (x: H4 streams; the backward's g_y: one).
+CUtensorMap fused_x_map(const void* x, int64_t tokens, int64_t hidden, int dc, int streams = H4, int tm = kFusedTM) {
   // [stream][hidden / 64][token][64]: strides (bytes) of dims 1-3 are token, chunk, stream.
   const cuuint64_t dims[4] = {64, cuuint64_t(tokens), cuuint64_t(hidden / 64), cuuint64_t(streams)};
   const cuuint64_t strides[3] = {cuuint64_t(streams * hidden) * 2, 128, cuuint64_t(hidden) * 2};
-  const cuuint32_t box[4] = {64, cuuint32_t(kFusedTM), cuuint32_t(dc / 64), cuuint32_t(streams)};
+  const cuuint32_t box[4] = {64, cuuint32_t(tm), cuuint32_t(dc / 64), cuuint32_t(streams)};
   return swizzled_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, x, dims, strides, box);
 }
 
@@ -3643,18 +3665,19 @@ void launch_mix_fused_fwd(MixKind kind, const void* x, const float* fn, const fl
 namespace {
 
 // The fused backward's kernel for a kind and hidden, as f(kernel, shared memory bytes, threads, splits per cluster,
-// Dc): hc_head's mix_fused_bwd (hidden 2048 or 4096), hc_pre's mix_fused_bwd_mma (hidden 4096); false: none.
+// Dc, CTAs a cluster and tokens a tile, the same number): hc_head's mix_fused_bwd (hidden 2048 or 4096), hc_pre's
+// mix_fused_bwd_mma (hidden 4096); false: none.
 template <typename F>
 bool with_fused_bwd(MixKind kind, int64_t hidden, F&& f) {
   if (kind == MixKind::pre) {
     if (hidden != 2 * kFusedHidden) return false;
-    f(mix_fused_bwd_mma_kernel, mix_fused_bwd_mma_smem_bytes(), kFmThreads, 1, FusedMmaBwd::Dc);
+    f(mix_fused_bwd_mma_kernel, mix_fused_bwd_mma_smem_bytes(), kFmThreads, 1, FusedMmaBwd::Dc, kFusedCluster);
     return true;
   }
   const auto head = [&](auto bpw) {
-    constexpr int BPW = decltype(bpw)::value;
-    f(mix_fused_bwd_kernel<HeadKind, BPW>, mix_fused_bwd_smem_bytes<HeadKind, BPW>(), kFbThreads,
-      FusedBwdSlice<BPW>::Groups, FusedSlice<BPW>::Dc);
+    using Sb = FusedBwdSlice<decltype(bpw)::value>;
+    f(mix_fused_bwd_kernel<HeadKind, decltype(bpw)::value>, mix_fused_bwd_smem_bytes<HeadKind, decltype(bpw)::value>(),
+      kFbThreads, Sb::Groups, Sb::Dc, Sb::C);
   };
   if (hidden == kFusedHidden) head(std::integral_constant<int, 1>{});
   else if (hidden == 2 * kFusedHidden) head(std::integral_constant<int, 2>{});
@@ -3665,11 +3688,11 @@ bool with_fused_bwd(MixKind kind, int64_t hidden, F&& f) {
 int mix_fused_bwd_clusters(MixKind kind, int64_t hidden) {
   return once_per_device(std::make_pair(int(kind), hidden), [&] {
     int n = 0;
-    with_fused_bwd(kind, hidden, [&](auto kernel, size_t smem, int threads, int, int) {
+    with_fused_bwd(kind, hidden, [&](auto kernel, size_t smem, int threads, int, int, int cluster) {
       if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess ||
           cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
         return;
-      const FusedLaunch launch(1, smem, nullptr, threads);
+      const FusedLaunch launch(1, smem, nullptr, threads, cluster);
       if (cudaOccupancyMaxActiveClusters(&n, kernel, &launch.cfg) != cudaSuccess) n = 0;
     });
     return n;
@@ -3685,11 +3708,9 @@ bool mix_fused_bwd_fits(MixKind kind, Dtype dt, const void* x, const void* grad_
 }
 
 int mix_fused_bwd_splits(MixKind kind, int64_t tokens, int64_t hidden) {
-  const int64_t tiles = (tokens + kFusedTM - 1) / kFusedTM;
-  const int clusters = int(std::min<int64_t>(tiles, mix_fused_bwd_clusters(kind, hidden)));
-  int groups = 0;
-  with_fused_bwd(kind, hidden, [&](auto, size_t, int, int g, int) { groups = g; });
-  return clusters * groups;
+  int groups = 0, tm = 1;
+  with_fused_bwd(kind, hidden, [&](auto, size_t, int, int g, int, int cluster) { groups = g, tm = cluster; });
+  return int(std::min<int64_t>(ceil_div(tokens, tm), mix_fused_bwd_clusters(kind, hidden))) * groups;
 }
 
 void launch_mix_comb_bwd(const float* mixes, const float* grad_comb, const float* base, const float* scale,
@@ -3712,12 +3733,11 @@ void launch_mix_fused_bwd(MixKind kind, const void* x, const void* grad_y, const
   const FusedBwdArgs fa{{mixes, nullptr, grad_post, nullptr, base, scale, nullptr, gate_grads, nullptr, tokens,
                          int(hc * hidden), hc, mix_rows(kind, hc), k.hc_eps, k.rms_eps, k.post_mult, k.sinkhorn_iters},
                         fn, static_cast<bf16*>(grad_x), partial};
-  const int64_t tiles = (tokens + kFusedTM - 1) / kFusedTM;
-  const int clusters = int(std::min<int64_t>(tiles, mix_fused_bwd_clusters(kind, hidden)));
-  with_fused_bwd(kind, hidden, [&](auto kernel, size_t smem, int threads, int, int dc) {
-    const FusedLaunch launch(clusters, smem, stream, threads);
-    cudaLaunchKernelEx(&launch.cfg, kernel, fused_x_map(x, tokens, hidden, dc),
-                       fused_x_map(grad_y, tokens, hidden, dc, 1), fa);
+  with_fused_bwd(kind, hidden, [&](auto kernel, size_t smem, int threads, int, int dc, int cluster) {
+    const int clusters = int(std::min<int64_t>(ceil_div(tokens, cluster), mix_fused_bwd_clusters(kind, hidden)));
+    const FusedLaunch launch(clusters, smem, stream, threads, cluster);
+    cudaLaunchKernelEx(&launch.cfg, kernel, fused_x_map(x, tokens, hidden, dc, H4, cluster),
+                       fused_x_map(grad_y, tokens, hidden, dc, 1, cluster), fa);
   });
 }
 

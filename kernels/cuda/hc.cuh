@@ -82,9 +82,10 @@ void launch_mix_post_comb(const float* mixes, const float* base, const float* sc
 
 // ---- hc_pre / hc_head backward in one pass over x: [comb_bwd ->] mix_fused_bwd -> sum_splits + colsum -------------
 // What reduce -> token -> dx_dfn compute (gate_grads rows as theirs; grad_x by the same expressions), with x and
-// grad_y read once: clusters of 16 CTAs hold a tile of 16 tokens. partial: [mix_fused_bwd_splits, M, H*D], for
-// launch_sum_splits. Fits bf16 streams, hc 4, hidden 2048 or 4096 (hc_head) or 4096 (hc_pre), 16-byte aligned x,
-// grad_y and grad_x, on a device that runs clusters of 16 CTAs (Hopper); elsewhere the two-pass kernels below.
+// grad_y read once: clusters of 8 (hc_head) or 16 (hc_pre) CTAs hold a tile of as many tokens. partial:
+// [mix_fused_bwd_splits, M, H*D], for launch_sum_splits. Fits bf16 streams, hc 4, hidden 2048 or 4096 (hc_head) or
+// 4096 (hc_pre), 16-byte aligned x, grad_y and grad_x, on a device that runs such clusters (Hopper); elsewhere the
+// two-pass kernels below.
 // hc_pre: launch_mix_comb_bwd first (the Sinkhorn backward into gate_grads' comb entries, which the fused kernel reads
 // back), and grad_post; hc_head: grad_post null.
 bool mix_fused_bwd_fits(MixKind kind, Dtype dt, const void* x, const void* grad_y, const void* grad_x, int hc,

@@ -49,9 +49,11 @@ const std::vector<Shape>& shapes() {
       {2, 45, 256, {}, "hc = 2 at hidden 256: hc_pre's bf16 dx_dfn on the tensor cores with 8 of its 24 mixes, the "
                        "last 16-token tile 13 tokens"},
       {4, 301, 1000, {}, "odd T over three 128-token tiles, hidden not a multiple of 256"},
-      {4, 257, 4096, {}, "V4 hidden (K = 16384): bf16 takes the fused forward (17 tiles of 16 tokens, the last one "
-                         "token); fp32 256 K-chunks; grad_fn over several token splits"},
-      {4, 40, 2048, {}, "hidden 2048: the fused forward with one 32-element block per warp, a half tile at the end"},
+      {4, 257, 4096, {}, "V4 hidden (K = 16384): bf16 takes the fused kernels (the forward's 17 tiles of 16 tokens, "
+                         "hc_head's backward's 33 of 8, the last one token); fp32 256 K-chunks; grad_fn over several "
+                         "token splits"},
+      {4, 43, 2048, {}, "hidden 2048: the fused kernels with one 32-element block per warp, the last tile partial "
+                        "(the forward's 11 of 16 tokens, hc_head's backward's 3 of 8)"},
       {3, 600, 4096, {}, "hc = 3 at V4 hidden: hc_pre's bf16 dx_dfn on the tensor cores with 6 live warps a CTA; on "
                          "132 SMs 4 token splits of up to 10 tiles, so the last of those warps refills a ring stage "
                          "up to twice"},
