@@ -136,7 +136,8 @@ latency set the two passes' pace. Since (its ring by TMA, each stage refilled by
 hc_pre bwd 0.5911 ms (48.4%), in parts reduce 0.190 ms (83%), token 0.018, dx_dfn_mma with its sums 0.382 (76%;
 reports/gpu/2026-11-29-h200-dx-dfn-last-warp-refill-ab.log): two passes, even each at the copy rate, take 64%.
 The fused kernels' clusters of 16 run on 112 of the H200's 132 SMs (7 fit its GPCs); hc_head's backward on clusters of
-8 (15 fit: 120 SMs) 0.4514-0.4562 -> 0.4308-0.4396 ms (`parity run --perf` 0.4308 ms, 66.0%; see mix_fused_bwd).
+8 (15 fit: 120 SMs) 0.4514-0.4562 -> 0.4308-0.4396 ms (`parity run --perf` 0.4308 ms, 66.0%; see mix_fused_bwd),
+then with less work a row in its grad_x step 0.4086 ms (`parity run --perf` 0.4090 ms, 69.9%).
 */
 #include "kernels/cuda/hc.cuh"
 
@@ -2387,11 +2388,22 @@ constexpr int kDxThreads = 128;
 template <int MP, int V>
 __device__ __forceinline__ float dx_element(const float (&cm)[MP], const float (&f)[MP][V], float (&acc)[MP][V], int e,
                                             float c, float ph, float xv, float gv) {
-  // Two interleaved partial sums over m halve the dependent FMA chain (it bounds the per-token latency).
-  float s0 = cm[0] * f[0][e], s1 = cm[1] * f[1][e];
+  float s;
+  if constexpr (MP > 4) {
+    // Two interleaved partial sums over m halve the dependent FMA chain (it bounds the per-token latency).
+    float s0 = cm[0] * f[0][e], s1 = cm[1] * f[1][e];
 #pragma unroll
-  for (int m = 2; m < MP; m += 2) s0 = fmaf(cm[m], f[m][e], s0), s1 = fmaf(cm[m + 1], f[m + 1][e], s1);
-  const float o = fmaf(ph, gv, fmaf(-c, xv, s0 + s1));
+    for (int m = 2; m < MP; m += 2) s0 = fmaf(cm[m], f[m][e], s0), s1 = fmaf(cm[m + 1], f[m + 1][e], s1);
+    s = s0 + s1;
+  } else {
+    // hc_head's four mixes in one chain: an add fewer, and its depth is covered by the row's other elements (the
+    // fused backward, H200, V4 dims: 0.4203 -> 0.4086 ms, 3 alternating runs, each faster; grad_x rounds otherwise
+    // at some elements, the two paths still alike).
+    s = cm[0] * f[0][e];
+#pragma unroll
+    for (int m = 1; m < MP; ++m) s = fmaf(cm[m], f[m][e], s);
+  }
+  const float o = fmaf(ph, gv, fmaf(-c, xv, s));
 #pragma unroll
   for (int m = 0; m < MP; ++m) acc[m][e] = fmaf(cm[m], xv, acc[m][e]);
   return o;
@@ -2884,6 +2896,10 @@ bool dx_dfn_mma_ready() {
 // squares in four chains, one a stream, not one (x1.008: the DFMA chain is not what the tile waits for; ncu then, 16
 // CTAs: 2.25 warps a scheduler, issue 58% of active cycles, 0.94 eligible) and 16 compute warps of 4 columns a thread
 // (the same bits, x1.21: 1.36x the instructions, a row's coefficients loaded for half the columns).
+// Then step c (two thirds of the instructions, ncu): a row's store address and token check stepped from the group's
+// first row, g_y's unit addressed from x's, and hc_head's dot over its four mixes in one chain (dx_element): 0.4310 ->
+// 0.4203 -> 0.4086 ms (H200, 3 alternating runs, each faster; `parity run --perf` 0.4090 ms, 69.9%); the row loop
+// unrolled four or eight deep was slower (x1.04; reports/gpu/2026-11-29-h200-head-bwd-step-c-ab.log).
 // The fused backwards' per-tile exchange (mix_fused_bwd, mix_fused_bwd_mma), in three pieces:
 // a. Row `row`'s sums over a stage of this CTA's slice (x's streams, then g_y's one, in Sl's layout): sum x^2
 //    and <g_y, x_h>, fp64 from exact products as mix_bwd_reduce, by RT lanes (an aligned group of the warp), lane j of
@@ -3081,12 +3097,19 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
         mbar_wait<true>(coef_in + m % 3, unsigned(m / 3) & 1);
         const unsigned char* xs = ring + size_t(m % kFbStages) * Sb::StageBytes;
         const float* cs = scoef + (m % 3) * Sb::TM * CW;
+        // The group's first row: its grad_x row, and how many of its rows are tokens. Row by row the stores step by
+        // K, and g_y's unit sits a fixed distance from x's (the same swizzle, another stream's lines).
+        const int64_t first = mine.tile(m) * Sb::TM + group * Sb::Rows;
+        bf16* out = fa.gx + first * K + kcol;
+        const int left = a.tokens - first < Sb::Rows ? int(a.tokens - first) : Sb::Rows;
+        constexpr int kStreamBytes = Sl::Chunks * Sb::TM * 128;
+        const int g_from_x = Sb::XBytes - uh * kStreamBytes;
 #pragma unroll 2
-        for (int rr = 0; rr < Sb::Rows; ++rr) {
+        for (int rr = 0; rr < Sb::Rows; ++rr, out += K) {
           const int row = group * Sb::Rows + rr;
-          const int64_t t = mine.tile(m) * Sb::TM + row;
-          const uint4 x4 = *reinterpret_cast<const uint4*>(xs + Sl::at(uh, row, uu));
-          const uint4 g4 = *reinterpret_cast<const uint4*>(xs + Sb::XBytes + Sl::at(0, row, uu));
+          const unsigned char* xp = xs + Sl::at(uh, row, uu);
+          const uint4 x4 = *reinterpret_cast<const uint4*>(xp);
+          const uint4 g4 = *reinterpret_cast<const uint4*>(xp + g_from_x);
           const uint32_t xw[4] = {x4.x, x4.y, x4.z, x4.w}, gw[4] = {g4.x, g4.y, g4.z, g4.w};
           const float* cf = cs + row * CW;
           float cm[MP];
@@ -3098,7 +3121,7 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
           for (int e = 0; e < 8; ++e)
             o[e] = dx_element(cm, f, acc, e, c, ph, e & 1 ? bf_hi(xw[e / 2]) : bf_lo(xw[e / 2]),
                               e & 1 ? bf_hi(gw[e / 2]) : bf_lo(gw[e / 2]));
-          if (t < a.tokens) Vec<bf16, 8>::store16(fa.gx + t * K + kcol, o);
+          if (rr < left) Vec<bf16, 8>::store16(out, o);
         }
         tiles.release(mine, m, 32 * kFbWarps, kCoefBytes);
       }
