@@ -2384,12 +2384,12 @@ constexpr int kDxThreads = 128;
 
 // Element e of a thread's columns for one token: grad_x (returned, fp32, rounded once by the caller's store) and the
 // grad_fn sums' step; cm: the token's coefficients r g_mix, c and ph its x and g_y coefficients. mix_bwd_dx_dfn and
-// mix_fused_bwd both, so that hc_head's two paths give the same grad_x bits.
-template <int MP, int V>
+// mix_fused_bwd both, so that hc_head's two paths give the same grad_x bits. OneChain: hc_head's bf16 paths (below).
+template <bool OneChain, int MP, int V>
 __device__ __forceinline__ float dx_element(const float (&cm)[MP], const float (&f)[MP][V], float (&acc)[MP][V], int e,
                                             float c, float ph, float xv, float gv) {
   float s;
-  if constexpr (MP > 4) {
+  if constexpr (MP > 4 || !OneChain) {
     // Two interleaved partial sums over m halve the dependent FMA chain (it bounds the per-token latency).
     float s0 = cm[0] * f[0][e], s1 = cm[1] * f[1][e];
 #pragma unroll
@@ -2398,7 +2398,9 @@ __device__ __forceinline__ float dx_element(const float (&cm)[MP], const float (
   } else {
     // hc_head's four mixes in one chain: an add fewer, and its depth is covered by the row's other elements (the
     // fused backward, H200, V4 dims: 0.4203 -> 0.4086 ms, 3 alternating runs, each faster; grad_x rounds otherwise
-    // at some elements, the two paths still alike).
+    // at some elements, the two paths still alike). bf16 only: in fp32, where no fused path runs, the one chain
+    // showed in grad_x (hc_head/hf_tiny_fp32 on the H200, run61 against run60: max ULP against fp64 1217 -> 3265,
+    // mean ULP 1.68 -> 1.77), so fp32 keeps the two chains and run60's bits.
     s = cm[0] * f[0][e];
 #pragma unroll
     for (int m = 1; m < MP; ++m) s = fmaf(cm[m], f[m][e], s);
@@ -2530,7 +2532,7 @@ __global__ void __launch_bounds__(kDxThreads, 3)
       }
       const float c = cf[MP], ph = cf[MP + 1 + h];
 #pragma unroll
-      for (int e = 0; e < KV; ++e) o[e] = dx_element(cm, f, acc, e, c, ph, xv[e], gv[e]);
+      for (int e = 0; e < KV; ++e) o[e] = dx_element<std::is_same_v<T, bf16>>(cm, f, acc, e, c, ph, xv[e], gv[e]);
       Vec<T, KV>::store(gxp + int64_t(u) * K, o);
     };
     const int n = tile_tokens(i);
@@ -3119,8 +3121,8 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
           float o[8];
 #pragma unroll
           for (int e = 0; e < 8; ++e)
-            o[e] = dx_element(cm, f, acc, e, c, ph, e & 1 ? bf_hi(xw[e / 2]) : bf_lo(xw[e / 2]),
-                              e & 1 ? bf_hi(gw[e / 2]) : bf_lo(gw[e / 2]));
+            o[e] = dx_element<true>(cm, f, acc, e, c, ph, e & 1 ? bf_hi(xw[e / 2]) : bf_lo(xw[e / 2]),
+                                    e & 1 ? bf_hi(gw[e / 2]) : bf_lo(gw[e / 2]));
           if (rr < left) Vec<bf16, 8>::store16(out, o);
         }
         tiles.release(mine, m, 32 * kFbWarps, kCoefBytes);
