@@ -3,13 +3,14 @@
 # machine, the method of reports/gpu/2026-11-22-h200-standalone-ab.json. Each version is a git revision or a directory
 # holding an hc.cu and hc.cuh. bench/hc_cuda_timing.cu is built against each (see checkout), then the binaries run in
 # turn RUNS times each (default 3; ARGS go to every run: tokens hc hidden), so that all see the same machine; each run
-# prints its table and the output hashes (same hash = same bits). Last, per kernel row, the median over the runs of
-# every version, and each version's over A's. Logs and binaries under ${OUT:-/tmp}/hc_ab (version i in v<i>).
+# prints its table and the output hashes (same hash = same bits); a run past HC_AB_TIMEOUT seconds (120) is killed.
+# Last, per kernel row, the median over the runs of every version, and each version's over A's. Logs and binaries
+# under ${OUT:-/tmp}/hc_ab (version i in v<i>).
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n '2,7p' "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,8p' "$0"; exit 2; }
 versions=()
 while [ $# -gt 0 ] && [ "$1" != "--" ] && ! [[ $1 =~ ^[0-9]+$ ]]; do versions+=("$1"); shift; done
-[ ${#versions[@]} -ge 2 ] || { sed -n '2,7p' "$0"; exit 2; }
+[ ${#versions[@]} -ge 2 ] || { sed -n '2,8p' "$0"; exit 2; }
 runs=3
 if [ $# -gt 0 ] && [ "$1" != "--" ]; then runs=$1; shift; fi
 [ "${1:-}" = "--" ] && shift
@@ -48,7 +49,9 @@ for b in "${builds[@]}"; do wait "$b"; done
 for r in $(seq "$runs"); do
   for i in "${!versions[@]}"; do
     echo "== run $r, v$i (${versions[$i]})"
-    "$work/v$i/hct" "$@" | tee "$work/v$i.run$r.log"
+    # A version that deadlocks (a cluster or named barrier gone wrong) must not take the device session with it.
+    timeout "${HC_AB_TIMEOUT:-120}" "$work/v$i/hct" "$@" | tee "$work/v$i.run$r.log" ||
+      echo "hc_ab: v$i run $r failed or ran past ${HC_AB_TIMEOUT:-120} s (exit ${PIPESTATUS[0]})"
   done
 done
 

@@ -2906,7 +2906,10 @@ bool dx_dfn_mma_ready() {
 // tensor cores (x1.16: a warp's mma.sync issue no closer than ~16 cycles apart), step a on warps of its own (x1.035,
 // x1.25 with the finisher among them), steps a and c interleaved in one loop (x1.02), the row loop not unrolled
 // (x1.023); the stage released by the last warp through it, not a barrier, was within noise (x0.992). ncu: no pipe
-// near its peak (fma 32%, xu 24%, fp64 12%), issue 58% at 2.25 warps a scheduler: the tile waits on latency.
+// near its peak (fma 32%, xu 24%, fp64 12%), issue 58% at 2.25 warps a scheduler: the tile waits on latency. Yet 16
+// compute warps, a thread keeping its 8 columns for half the rows (the same instructions; 128 registers, the finisher
+// in the last warp), were slower (x1.060), and x1.221 with step a two warps a row: the tile's time is its exchange
+// chain, not what more warps would hide (reports/gpu/2026-11-29-h200-head-bwd-16-warps-ab.log).
 // The fused backwards' per-tile exchange (mix_fused_bwd, mix_fused_bwd_mma), in three pieces:
 // a. Row `row`'s sums over a stage of this CTA's slice (x's streams, then g_y's one, in Sl's layout): sum x^2
 //    and <g_y, x_h>, fp64 from exact products as mix_bwd_reduce, by RT lanes (an aligned group of the warp), lane j of
