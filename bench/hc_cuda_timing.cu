@@ -211,8 +211,7 @@ int main(int argc, char** argv) {
                                   {gfn, gate, gbase, gscale, arrivals}, s);
       };
       auto bwd_sum = [&] {
-        kc::launch_sum_splits(part, gfn, int64_t(m) * HD, splits, s);
-        kc::launch_mix_bwd_colsum(kind, gate, T, H, gbase, gscale, s);
+        kc::launch_mix_bwd_sums(kind, part, splits, {gfn, gate, gbase, gscale, nullptr}, T, H, D, s);
       };
       rows.push_back({op + " fwd: fn_transpose+mix_fwd", time_ms(fwd_mix),
                       T * HD * e + prm + T * (m + 2 * H + H * H) * 4.0});
@@ -266,8 +265,7 @@ int main(int argc, char** argv) {
           if (p) kc::launch_mix_comb_bwd(mixes, gcomb, base, scale, gate, hist, T, H, k, s);
           kc::launch_mix_fused_bwd(kind, x, gy, mixes, p ? gpost : nullptr, fn, base, scale, gate, gx, fpart, T, H, D,
                                    k, s);
-          kc::launch_sum_splits(fpart, gfn, int64_t(m) * HD, fsplits, s);
-          kc::launch_mix_bwd_colsum(kind, gate, T, H, gbase, gscale, s);
+          kc::launch_mix_bwd_sums(kind, fpart, fsplits, {gfn, gate, gbase, gscale, nullptr}, T, H, D, s);
         };
         rows.push_back({op + " bwd fused (vs one pass)", time_ms(bwd_fused),
                         (2 * T * HD + T * D) * e + 2 * prm + 2 * (p ? small : T * 2 * H * 4.0)});

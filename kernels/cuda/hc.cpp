@@ -255,10 +255,9 @@ void mix_backward(kc::MixKind kind, const std::string& where, const OpContext& c
                              gate.data_ptr<double>(), grad_x, part.data_ptr<float>(), p.t, hc, k.hidden, mix_consts(k),
                              s);
     check_launch(where, "mix_fused_bwd");
-    kc::launch_sum_splits(part.data_ptr<float>(), grad_fn, p.m * n, splits, s);
-    check_launch(where, "sum_splits");
-    kc::launch_mix_bwd_colsum(kind, gate.data_ptr<double>(), p.t, hc, grad_base, grad_scale, s);
-    check_launch(where, "colsum");
+    kc::launch_mix_bwd_sums(kind, part.data_ptr<float>(), splits,
+                            {grad_fn, gate.data_ptr<double>(), grad_base, grad_scale, nullptr}, p.t, hc, k.hidden, s);
+    check_launch(where, "mix_bwd_sums");
   } else {
     at::Tensor red = at::empty({p.t, 1 + k.hc}, f64);
     at::Tensor coef = at::empty({kc::mix_coef_floats(kind, p.t)}, f32);

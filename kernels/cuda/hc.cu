@@ -45,7 +45,7 @@ H = 4 instantiation (ptxas, sm_90a):
                                sums (fp64) by st.async to the token's CTA, whose finisher warp runs the gate
                                backward (a lane per stream) and sends the coefficient row to every CTA;
                                grad_x and the grad_fn sums as mix_bwd_dx_dfn                 161 reg, 204 KB smem
-  sum_splits, colsum           fixed-order second reductions (grad_fn; grad_base, grad_scale)
+  mix_bwd_sums                 fixed-order second reductions (grad_fn's splits; grad_base, grad_scale)
   (* hc_post_bwd is capped at 128 registers and spills 28 bytes: faster, see the kernel.)
 
 Numerics: every sum is fp32 in a fixed order, with no atomics, so each launch is bitwise deterministic for a given
@@ -2664,9 +2664,9 @@ __device__ __forceinline__ uint32_t dx_word(float d0, float d1, float c, uint32_
 }
 
 // After its tiles, the sums that follow the backward, in the same launch (unless arrivals is null): the last CTA of a
-// column block to arrive (arrivals[blockIdx.x], zero on entry and on exit) adds its splits' partials of grad_fn as
-// sum_splits does, and `colsum_blocks` blocks of the grid's last row (blockIdx.y == splits) sum the gate columns as
-// colsum does, in the slots the tiles' CTAs leave free (an H100: 264, the tiles' 256), so neither waits for the
+// column block to arrive (arrivals[blockIdx.x], zero on entry and on exit) adds its splits' partials of grad_fn in
+// split order, and `colsum_blocks` blocks of the grid's last row (blockIdx.y == splits) sum the gate columns as
+// colsum_column does, in the slots the tiles' CTAs leave free (an H100: 264, the tiles' 256), so neither waits for the
 // other. Against the two launches after it (H100, bench/hc_ab.sh, 3 runs each, the same hashes at 37, 1001, 4096 and
 // 16384 tokens; reports/gpu/2026-11-28-h100-dx-sums-fold-ab.log): hc_pre's backward 0.7607 -> 0.7561 ms at V4 dims,
 // 0.0890 -> 0.0826 at 1001 tokens. The last CTAs' sums one load at a time had cost more than the launches (0.7586 ->
@@ -2883,7 +2883,7 @@ bool dx_dfn_mma_ready() {
 //   c. compute warps, tile n-2: grad_x as mix_bwd_dx_dfn computes it (the same expression, one rounding), and the
 //      grad_fn sums of the thread's 8 columns over its rows; the tile's ring stage then takes tile n+3.
 // A thread keeps fn and the grad_fn sums of its columns for the whole launch; its partial row goes out at the end
-// (split cluster * Groups + group, summed by sum_splits). One cluster barrier per tile orders the reuse of the
+// (split cluster * Groups + group, summed by launch_mix_bwd_sums). One cluster barrier per tile orders the reuse of the
 // st.async slots: X(n) is waited for before the sends of iteration n + 1. The compute warps arrive at the end of
 // iteration n; the finisher at its start, so that its token (fp64 sigmoids on one thread) is off the barrier's
 // chain: its reads of a partial-row slot, in iteration m + 1, then still come before the slot's next sends (tile
@@ -3420,15 +3420,16 @@ __global__ void __launch_bounds__(128) mix_comb_bwd_kernel(MixBwdTokenArgs a) {
   else if (g < a.tokens) PreKind::comb_backward(g, a, HC);
 }
 
-__global__ void __launch_bounds__(256) sum_splits_kernel(const float* __restrict__ part, float* __restrict__ out,
-                                                         int64_t n, int splits) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    split_sum<1>(part, n, i, splits, out);
-}
-
-__global__ void __launch_bounds__(256) colsum_kernel(ColsumArgs a) {
+// The sums after a backward without them in its own launch (launch_mix_bwd_sums): blocks [0, cs.cols) sum the gate
+// columns as colsum_column does, first so that the longest go out first; the rest the splits' partials of grad_fn,
+// n of them, each over the splits in order. Launched programmatically dependent (griddep_wait before any read).
+__global__ void __launch_bounds__(256) mix_bwd_sums_kernel(const float* __restrict__ part, float* __restrict__ out,
+                                                           int64_t n, int splits, ColsumArgs cs) {
   __shared__ double sh[256];
-  colsum_column(a, blockIdx.x, sh);
+  griddep_wait();
+  if (int(blockIdx.x) < cs.cols) return colsum_column(cs, blockIdx.x, sh);
+  const int64_t first = int64_t(blockIdx.x - cs.cols) * blockDim.x + threadIdx.x;
+  for (int64_t i = first; i < n; i += int64_t(gridDim.x - cs.cols) * blockDim.x) split_sum<1>(part, n, i, splits, out);
 }
 
 // -------------------------------------------------------------------------------------------------------------------
@@ -3936,21 +3937,21 @@ void launch_mix_bwd_dx_dfn(MixKind kind, Dtype dt, const void* x, const void* gr
     launch_mix_bwd_dx_dfn_cuda_cores(kind, dt, x, grad_y, coef, fn, grad_x, partial, tokens, hc, hidden, splits,
                                      stream);
   }
-  launch_sum_splits(partial, sums.grad_fn, int64_t(mix_rows(kind, hc)) * K, splits, stream);
-  launch_mix_bwd_colsum(kind, sums.gate_grads, tokens, hc, sums.grad_base, sums.grad_scale, stream);
+  launch_mix_bwd_sums(kind, partial, splits, sums, tokens, hc, hidden, stream);
 }
 
-void launch_sum_splits(const float* partial, float* out, int64_t n, int splits, cudaStream_t stream) {
-  if (n == 0) return;
-  const unsigned blocks = unsigned(std::min<int64_t>((n + 255) / 256, 4096));
-  sum_splits_kernel<<<blocks, 256, 0, stream>>>(partial, out, n, splits);
-}
-
-void launch_mix_bwd_colsum(MixKind kind, const double* gate_grads, int64_t tokens, int hc, float* grad_base,
-                           float* grad_scale, cudaStream_t stream) {
+// One launch for both sums, programmatically dependent on the backward before it, against the two plain launches
+// (sum_splits, then colsum) it replaced (H200, V4 dims, bench/hc_ab.sh, 3 alternating runs, every hash the same): the
+// sums alone 0.0173 -> 0.0121 ms (hc_head) and 0.0205 -> 0.0174 (hc_pre's two-pass), hc_head's fused backward with
+// them 0.4093 -> 0.4067 (reports/gpu/2026-11-29-h200-bwd-sums-one-launch-ab.log).
+void launch_mix_bwd_sums(MixKind kind, const float* partial, int splits, const MixBwdSums& sums, int64_t tokens, int hc,
+                         int64_t hidden, cudaStream_t stream) {
   check_hc(hc);
-  const ColsumArgs cs = colsum_args(kind, gate_grads, tokens, hc, grad_base, grad_scale);
-  colsum_kernel<<<unsigned(cs.cols), 256, 0, stream>>>(cs);
+  const int64_t n = int64_t(mix_rows(kind, hc)) * hc * hidden;
+  const ColsumArgs cs = colsum_args(kind, sums.gate_grads, tokens, hc, sums.grad_base, sums.grad_scale);
+  const int64_t blocks = cs.cols + std::min<int64_t>(ceil_div(n, 256), 4096);
+  launch_dependent(mix_bwd_sums_kernel, dim3(unsigned(blocks)), dim3(256), 0, stream, partial, sums.grad_fn, n, splits,
+                   cs);
 }
 
 void launch_sinkhorn_divide(const float* numerators, const float* denominators, float* quotients, int64_t lines,

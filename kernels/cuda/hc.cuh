@@ -83,7 +83,7 @@ void launch_mix_post_comb(const float* mixes, const float* base, const float* sc
 // ---- hc_pre / hc_head backward in one pass over x: [comb_bwd ->] mix_fused_bwd -> sum_splits + colsum -------------
 // What reduce -> token -> dx_dfn compute (gate_grads rows as theirs; grad_x by the same expressions), with x and
 // grad_y read once: clusters of 8 (hc_head) or 16 (hc_pre) CTAs hold a tile of as many tokens. partial:
-// [mix_fused_bwd_splits, M, H*D], for launch_sum_splits. Fits bf16 streams, hc 4, hidden 2048 or 4096 (hc_head) or
+// [mix_fused_bwd_splits, M, H*D], for launch_mix_bwd_sums. Fits bf16 streams, hc 4, hidden 2048 or 4096 (hc_head) or
 // 4096 (hc_pre), 16-byte aligned x, grad_y and grad_x, on a device that runs such clusters (Hopper); elsewhere the
 // two-pass kernels below.
 // hc_pre: launch_mix_comb_bwd first (the Sinkhorn backward into gate_grads' comb entries, which the fused kernel reads
@@ -114,8 +114,8 @@ void launch_mix_bwd_token(MixKind kind, const float* mixes, const double* red, c
                           int64_t tokens, int hc, int64_t hidden, MixConsts k, cudaStream_t stream);
 // The counters launch_mix_bwd_dx_dfn's tensor-core kernel needs (one per 64 hidden positions).
 int64_t mix_bwd_arrivals(int64_t hidden);
-// What follows dx_dfn: grad_fn = the splits' partials summed (launch_sum_splits), grad_base and grad_scale =
-// gate_grads' column sums (launch_mix_bwd_colsum). arrivals: mix_bwd_arrivals counters, zero on entry
+// What follows dx_dfn: grad_fn = the splits' partials summed, grad_base and grad_scale = gate_grads' column sums
+// (launch_mix_bwd_sums). arrivals: mix_bwd_arrivals counters, zero on entry
 // (launch_mix_bwd_token) and left zero; null: the two sums run as launches of their own.
 struct MixBwdSums {
   float* grad_fn;
@@ -131,12 +131,12 @@ struct MixBwdSums {
 void launch_mix_bwd_dx_dfn(MixKind kind, Dtype dt, const void* x, const void* grad_y, const float* coef,
                            const float* fn, void* grad_x, float* partial, int64_t tokens, int hc, int64_t hidden,
                            int splits, const MixBwdSums& sums, cudaStream_t stream);
-// out[i] = sum_{s < splits} partial[s * n + i], s in order.
-void launch_sum_splits(const float* partial, float* out, int64_t n, int splits, cudaStream_t stream);
-// Column sums of gate_grads [T, width] in a fixed order: grad_base[m] = col m (m < M), grad_scale[g] = col
-// gate_scale_col + g (g < scale count).
-void launch_mix_bwd_colsum(MixKind kind, const double* gate_grads, int64_t tokens, int hc, float* grad_base,
-                           float* grad_scale, cudaStream_t stream);
+// `sums` of a backward whose kernels left them to a launch of their own (launch_mix_fused_bwd, and
+// launch_mix_bwd_dx_dfn where it says so, which calls this itself), in one launch: grad_fn[i] = sum_{s < splits}
+// partial[s * n + i], s in order (n = M * hc * hidden); grad_base[m] = gate_grads' column m (m < M) and grad_scale[g]
+// = its column gate_scale_col + g (g < scale count), each summed in a fixed order. arrivals: unused.
+void launch_mix_bwd_sums(MixKind kind, const float* partial, int splits, const MixBwdSums& sums, int64_t tokens, int hc,
+                         int64_t hidden, cudaStream_t stream);
 
 // The Sinkhorn's division of lines by their sums (divide_lines() in hc.cu), exposed for its test:
 // quotients[4 i + k] = numerators[4 i + k] / denominators[i], k < 4, i < lines (a multiple of 4: a thread divides

@@ -350,9 +350,10 @@ TEST(HcFusedBackward, PreOnePassAgreesWithTwoPass) {
                                  g_post.data_ptr<float>(), fn.data_ptr<float>(), base.data_ptr<float>(),
                                  scale.data_ptr<float>(), gate.data_ptr<double>(), gx.data_ptr(),
                                  part.data_ptr<float>(), tokens, kHc, kHidden, k, s);
-        kc::launch_sum_splits(part.data_ptr<float>(), gfn.data_ptr<float>(), kMixes * kK, splits, s);
-        kc::launch_mix_bwd_colsum(kc::MixKind::pre, gate.data_ptr<double>(), tokens, kHc, gbase.data_ptr<float>(),
-                                  gscale.data_ptr<float>(), s);
+        kc::launch_mix_bwd_sums(kc::MixKind::pre, part.data_ptr<float>(), splits,
+                                {gfn.data_ptr<float>(), gate.data_ptr<double>(), gbase.data_ptr<float>(),
+                                 gscale.data_ptr<float>(), nullptr},
+                                tokens, kHc, kHidden, s);
       } else {
         at::Tensor red = at::empty({tokens, 1 + kHc}, f64);
         at::Tensor coef = at::empty({kc::mix_coef_floats(kc::MixKind::pre, tokens)}, f32);
