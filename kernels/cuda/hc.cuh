@@ -80,7 +80,7 @@ void launch_mix_fused_fwd(MixKind kind, const void* x, const float* fn, const fl
 void launch_mix_post_comb(const float* mixes, const float* base, const float* scale, float* post, float* comb,
                           int64_t tokens, int hc, MixConsts k, cudaStream_t stream, bool one_thread_per_token = false);
 
-// ---- hc_pre / hc_head backward in one pass over x: [comb_bwd ->] mix_fused_bwd -> sum_splits + colsum -------------
+// ---- hc_pre / hc_head backward in one pass over x: [comb_bwd ->] mix_fused_bwd -> mix_bwd_sums ----------------------
 // What reduce -> token -> dx_dfn compute (gate_grads rows as theirs; grad_x by the same expressions), with x and
 // grad_y read once: clusters of 8 (hc_head) or 16 (hc_pre) CTAs hold a tile of as many tokens. partial:
 // [mix_fused_bwd_splits, M, H*D], for launch_mix_bwd_sums. Fits bf16 streams, hc 4, hidden 2048 or 4096 (hc_head) or
@@ -116,7 +116,7 @@ void launch_mix_bwd_token(MixKind kind, const float* mixes, const double* red, c
 int64_t mix_bwd_arrivals(int64_t hidden);
 // What follows dx_dfn: grad_fn = the splits' partials summed, grad_base and grad_scale = gate_grads' column sums
 // (launch_mix_bwd_sums). arrivals: mix_bwd_arrivals counters, zero on entry
-// (launch_mix_bwd_token) and left zero; null: the two sums run as launches of their own.
+// (launch_mix_bwd_token) and left zero; null: the sums run in a launch of their own (launch_mix_bwd_sums).
 struct MixBwdSums {
   float* grad_fn;
   const double* gate_grads;
@@ -131,10 +131,11 @@ struct MixBwdSums {
 void launch_mix_bwd_dx_dfn(MixKind kind, Dtype dt, const void* x, const void* grad_y, const float* coef,
                            const float* fn, void* grad_x, float* partial, int64_t tokens, int hc, int64_t hidden,
                            int splits, const MixBwdSums& sums, cudaStream_t stream);
-// `sums` of a backward whose kernels left them to a launch of their own (launch_mix_fused_bwd, and
-// launch_mix_bwd_dx_dfn where it says so, which calls this itself), in one launch: grad_fn[i] = sum_{s < splits}
-// partial[s * n + i], s in order (n = M * hc * hidden); grad_base[m] = gate_grads' column m (m < M) and grad_scale[g]
-// = its column gate_scale_col + g (g < scale count), each summed in a fixed order. arrivals: unused.
+// The sums of a backward whose kernels leave them to a launch of their own (after launch_mix_fused_bwd;
+// launch_mix_bwd_dx_dfn calls it itself where its kernel does not fold them in), in one launch:
+// grad_fn[i] = sum_{s < splits} partial[s * n + i], s in order (n = M * hc * hidden); grad_base[m] = gate_grads'
+// column m (m < M) and grad_scale[g] = its column gate_scale_col + g (g < scale count), each summed in a fixed order.
+// arrivals: unused.
 void launch_mix_bwd_sums(MixKind kind, const float* partial, int splits, const MixBwdSums& sums, int64_t tokens, int hc,
                          int64_t hidden, cudaStream_t stream);
 
