@@ -41,10 +41,10 @@ H = 4 instantiation (ptxas, sm_90a):
                                (the finisher) at 64 (setmaxnreg); correct but slower than the two passes, so
                                the bridge does not take it yet                          96 reg at launch, 225 KB smem
   mix_fused_bwd<Head>          hc_head's backward in one pass over x (bf16, hc 4, hidden 2048/4096, Hopper):
-                               a cluster of 16 CTAs per tile of 16 tokens, x and g_y by TMA; each row's
+                               a cluster of 8 CTAs per tile of 8 tokens, x and g_y by TMA; each row's
                                sums (fp64) by st.async to the token's CTA, whose finisher warp runs the gate
                                backward (a lane per stream) and sends the coefficient row to every CTA;
-                               grad_x and the grad_fn sums as mix_bwd_dx_dfn                 161 reg, 204 KB smem
+                               grad_x and the grad_fn sums as mix_bwd_dx_dfn                 168 reg, 204 KB smem
   mix_bwd_sums                 fixed-order second reductions (grad_fn's splits; grad_base, grad_scale)
   (* hc_post_bwd is capped at 128 registers and spills 28 bytes: faster, see the kernel.)
 
@@ -197,6 +197,13 @@ __device__ __forceinline__ bf16 from_f<bf16>(float v) { return __float2bfloat16_
 template <typename T>
 __device__ __forceinline__ float round_to(float v) { return to_f<T>(from_f<T>(v)); }
 
+// v, which the compiler can no longer rematerialise from what it was computed from: held in a register, where
+// recomputing it at every use cost several instructions.
+__device__ __forceinline__ unsigned opaque(unsigned v) {
+  asm("mov.b32 %0, %0;" : "+r"(v));
+  return v;
+}
+
 // V consecutive elements as fp32: V = 8 is one 16-byte access for bf16 (two for fp32); V = 1 is the element-wise
 // path for a hidden that is not a multiple of 8 or an unaligned view.
 template <typename T, int V>
@@ -216,10 +223,14 @@ struct Vec<bf16, 8> {
   }
   // The same as one 16-byte store by name: in mix_fused_fwd's collapse the compiler split the store above into four
   // 4-byte ones (nvcc 13.0); elsewhere the name costs instructions (hc_post_fwd: 1024 -> 1072).
-  static __device__ __forceinline__ void store16(bf16* p, const float (&v)[8]) {
-    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(pack_bf2(v[0], v[1])),
-                 "r"(pack_bf2(v[2], v[3])), "r"(pack_bf2(v[4], v[5])), "r"(pack_bf2(v[6], v[7]))
-                 : "memory");
+  // live: the store is predicated, where an `if` around the call made a branch around the packing too (3 instructions
+  // a row in mix_fused_bwd's step c; the collapse of mix_fused_fwd<Head> 0.2279 -> 0.2224 ms on an H200).
+  static __device__ __forceinline__ void store16(bf16* p, const float (&v)[8], bool live = true) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n @p st.global.v4.b32 [%0], {%1, %2, %3, %4};\n}\n" ::"l"(p),
+        "r"(pack_bf2(v[0], v[1])), "r"(pack_bf2(v[2], v[3])), "r"(pack_bf2(v[4], v[5])), "r"(pack_bf2(v[6], v[7])),
+        "r"(int(live))
+        : "memory");
   }
 };
 
@@ -1695,7 +1706,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
           o[2 * e + 1] = h == 0 ? a1 : __fadd_rn(o[2 * e + 1], a1);
         }
       }
-      if (t < a.tokens) Vec<bf16, 8>::store16(fa.y + t * D + rank * Sl::Dc + cs * 8, o);
+      Vec<bf16, 8>::store16(fa.y + t * D + rank * Sl::Dc + cs * 8, o, t < a.tokens);
     }
   };
 
@@ -2910,29 +2921,40 @@ bool dx_dfn_mma_ready() {
 // compute warps, a thread keeping its 8 columns for half the rows (the same instructions; 128 registers, the finisher
 // in the last warp), were slower (x1.060), and x1.221 with step a two warps a row: the tile's time is its exchange
 // chain, not what more warps would hide (reports/gpu/2026-11-29-h200-head-bwd-16-warps-ab.log).
+// Ablations, for the timing only, then showed what the tile waits for: without step a's sums 0.3285 ms, without step
+// c's products 0.3231, without both 0.3168 (~91% of the copy rate: the loads, the exchange and the stores), against
+// 0.4031 with both; the finisher's gate backward is ~2% (reports/gpu/2026-11-29-h200-head-bwd-ablations-ab.log). Either
+// step fits under a tile's data movement, the two in series on the compute warps do not, so every instruction taken
+// off their path counts: step c's addresses held from the group's first row, its rows unrolled (1000 -> 916
+// instructions a thread and tile) and its stores predicated; step a's loads off one base register (259 -> 221);
+// 32-bit tile numbers; the row sums reduced and scattered over the lanes (~125 -> ~72 a warp): 0.4038 -> 0.3711 ms
+// (H200, bench/hc_ab.sh, 3 alternating runs, each faster; the same bits at 16384, 4096 and 1001 tokens, hidden 2048
+// and 4096; reports/gpu/2026-11-29-h200-head-bwd-addressing-ab.log).
 // The fused backwards' per-tile exchange (mix_fused_bwd, mix_fused_bwd_mma), in three pieces:
 // a. Row `row`'s sums over a stage of this CTA's slice (x's streams, then g_y's one, in Sl's layout): sum x^2
 //    and <g_y, x_h>, fp64 from exact products as mix_bwd_reduce, by RT lanes (an aligned group of the warp), lane j of
-//    the group taking units j, j + RT, ... of g_y's slice and the same positions of every stream. Returns partial row
-//    entry j (sum x^2, then <g_y, x_h>) in lane j < 1 + H4 of the group. Each bf16 widens by bf_f64 (hc_head's
-//    block: 310 -> 230 instructions): hc_head's fused backward 0.4587-0.4640 -> 0.4531-0.4569 ms (H100, V4 dims,
+//    the group taking units j, j + RT, ... of g_y's slice and the same positions of every stream. `unit` points at the
+//    first of them in stream 0 (stage + Sl::at(0, row, j)): RT being whole swizzle rounds, every other lies a constant
+//    distance on, so that each load is one base register plus an immediate (hc_head's block 259 -> 221 instructions).
+//    Returns partial row entry j / (RT / 8) (sum x^2, then <g_y, x_h>; past 1 + H4, zeros) in lane j of the group.
+//    Each bf16 widens by bf_f64 (hc_head's block: 310 -> 230 instructions): hc_head's fused backward 0.4587-0.4640 -> 0.4531-0.4569 ms (H100, V4 dims,
 //    bench/hc_ab.sh, 3 runs each, the same hashes; reports/gpu/2026-11-28-h100-bf16-widen-ab.log). The same widening in
 //    mix_bwd_reduce (its loop 389 -> 263 instructions) made that read slower, for a reason the A/B does not show:
 //    hc_head's 0.229 -> 0.243 ms (it runs at 98% of copy: bound by memory, not by its instructions), hc_pre's 0.266 ->
 //    0.268. It keeps fp32 values there.
 template <class Sl, int RT>
-__device__ __forceinline__ double fused_row_sums(const unsigned char* stage, int row, int j) {
+__device__ __forceinline__ double fused_row_sums(const unsigned char* unit, int j) {
+  static_assert(RT % 8 == 0, "a lane's units share their swizzle");
   double ss = 0, gp[H4];
 #pragma unroll
   for (int h = 0; h < H4; ++h) gp[h] = 0;
 #pragma unroll
   for (int i = 0; i < Sl::Dc / 8 / RT; ++i) {
-    const int u = j + i * RT;
-    const uint4 g4 = *reinterpret_cast<const uint4*>(stage + Sl::StageBytes + Sl::at(0, row, u));
+    const uint4 g4 = *reinterpret_cast<const uint4*>(unit + Sl::StageBytes + Sl::line(0, 0, i * RT / 8));
     const uint32_t gw[4] = {g4.x, g4.y, g4.z, g4.w};
 #pragma unroll
     for (int h = 0; h < H4; ++h) {
-      const uint4 x4 = *reinterpret_cast<const uint4*>(stage + Sl::at(h, row, u));
+      const uint4 x4 = *reinterpret_cast<const uint4*>(unit + Sl::line(h, 0, i * RT / 8));
       const uint32_t xw[4] = {x4.x, x4.y, x4.z, x4.w};
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -2942,20 +2964,35 @@ __device__ __forceinline__ double fused_row_sums(const unsigned char* stage, int
       }
     }
   }
+  // Reduced and scattered over the group, entries in 8 slots (zeros past 1 + H4): at each of the first three halvings
+  // a lane keeps the half of its slots that bit o of j selects and trades the other half with lane j ^ o. So 4 + 2 + 1
+  // doubles cross lanes, then one a level, where a butterfly of all five entries took five a level (and ptxas ~2
+  // register moves each, to pair the halves for the add).
+  static_assert(1 + H4 <= 8 && RT >= 8, "three halvings of 8 slots");
+  double v[8] = {ss};
 #pragma unroll
-  for (int o = RT / 2; o > 0; o >>= 1) {
-    ss += __shfl_xor_sync(~0u, ss, o);
+  for (int h = 0; h < H4; ++h) v[1 + h] = gp[h];
+  const auto halve = [&](auto half_, int o) {
+    constexpr int half = decltype(half_)::value;
+    const bool upper = j & o;
 #pragma unroll
-    for (int h = 0; h < H4; ++h) gp[h] += __shfl_xor_sync(~0u, gp[h], o);
-  }
-  double v = ss;
+    for (int i = 0; i < half; ++i)
+      v[i] = (upper ? v[i + half] : v[i]) + __shfl_xor_sync(~0u, upper ? v[i] : v[i + half], o);
+  };
+  halve(std::integral_constant<int, 4>{}, RT / 2);
+  halve(std::integral_constant<int, 2>{}, RT / 4);
+  halve(std::integral_constant<int, 1>{}, RT / 8);
 #pragma unroll
-  for (int h = 0; h < H4; ++h) v = j == 1 + h ? gp[h] : v;
-  return v;
+  for (int o = RT / 16; o > 0; o >>= 1) v[0] += __shfl_xor_sync(~0u, v[0], o);
+  return v[0];
 }
-// ...sent to CTA `row`, into its slot of every CTA's partial row of the token (slot: [CTA][1 + H4] fp64).
+// ...sent to CTA `row`, into its slot of every CTA's partial row of the token (slot: [CTA][1 + H4] fp64), each entry
+// by the first of the RT / 8 lanes that hold it.
+template <int RT>
 __device__ __forceinline__ void send_row_entry(double* slot, uint64_t* rows_in, int rank, int row, int j, double v) {
-  if (j < 1 + H4) st_async(cluster_addr(slot + rank * (1 + H4) + j, row), v, cluster_addr(rows_in, row));
+  const int e = j / (RT / 8);
+  if (j % (RT / 8) == 0 && e < 1 + H4)
+    st_async(cluster_addr(slot + rank * (1 + H4) + e, row), v, cluster_addr(rows_in, row));
 }
 // b. The finisher: token `rank`'s partial rows summed in rank order (entry `lane` in lanes < 1 + H4), once they are
 //    in; the slot is re-armed for its next tile. After the token's gate backward,
@@ -3007,7 +3044,7 @@ struct FusedBwdTiles {
   }
   // Tile m's last reads done: once the `threads` compute threads are past theirs (barrier 1), thread 0 re-arms its
   // coefficient slot and refills its stage with tile m + Stages.
-  __device__ void release(const ClusterTiles& mine, int64_t m, int threads, unsigned coef_bytes) const {
+  __device__ void release(const ClusterTiles& mine, int m, int threads, unsigned coef_bytes) const {
     named_bar_sync(1, threads);
     if (threadIdx.x == 0) {
       mbar_expect_bytes(coef_in + m % 3, coef_bytes);
@@ -3082,6 +3119,13 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
   const int unit = tid % Sb::Units, group = tid / Sb::Units;
   const int uh = unit / (Sb::Dc / 8), uu = unit % (Sb::Dc / 8);
   const int kcol = uh * D + rank * Sb::Dc + uu * 8;
+  // Its unit of row row0 + rr sits at x_at0 + 128 rr + (x_swz ^ 16 rr) in a stage: the group's rows are a whole
+  // swizzle round or its half, so row % 8 is row0 % 8 + rr = (row0 % 8) ^ rr. g_y's unit is a fixed distance on.
+  const int row0 = group * Sb::Rows;
+  static_assert(Sb::Rows == 8 || (Sb::Rows == 4 && Sb::Groups == 2), "rows of a group within one swizzle round");
+  const unsigned x_at0 = opaque(Sl::line(uh, row0, uu / 8)), x_swz = opaque(((uu ^ row0) & 7u) << 4);
+  const int g_from_x = Sb::XBytes - uh * Sl::Chunks * Sb::TM * 128;
+  const unsigned a_at = opaque(Sl::at(0, tid / Sb::RowThreads, tid % Sb::RowThreads));  // a's first unit
   float f[MP][8], acc[MP][8];
   if (warp < kFbWarps) {
 #pragma unroll
@@ -3090,48 +3134,48 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
       for (int e = 0; e < 8; ++e) f[m][e] = m < a.M ? __ldg(fa.fn + int64_t(m) * K + kcol + e) : 0.f, acc[m][e] = 0.f;
   }
 
-  for (int64_t n = 0; n < mine.count + 2; ++n) {
+  // 32-bit tile numbers (a cluster takes far fewer than 2^31 tiles): their slots and stages cost fewer instructions.
+  for (int n = 0; n < int(mine.count) + 2; ++n) {
     if (warp < kFbWarps) {
       bool waited = n == 0;  // X(n-1), before this iteration's sends
       if (n < mine.count) {
         // a. Row `row`: RowThreads lanes, each BPW units of g_y's slice and the same positions of every stream.
         mbar_wait(landed + n % kFbStages, unsigned(n / kFbStages) & 1);
         const int row = tid / Sb::RowThreads, j = tid % Sb::RowThreads;
-        const double v = fused_row_sums<Sl, Sb::RowThreads>(ring + size_t(n % kFbStages) * Sb::StageBytes, row, j);
+        const double v = fused_row_sums<Sl, Sb::RowThreads>(ring + (n % kFbStages) * Sb::StageBytes + a_at, j);
         if (n > 0) cluster_wait(), waited = true;
-        send_row_entry(gpart + (n % 3) * Sb::C * NC, rows_in + n % 3, rank, row, j, v);
+        send_row_entry<Sb::RowThreads>(gpart + (n % 3) * Sb::C * NC, rows_in + n % 3, rank, row, j, v);
       }
       if (n >= 2) {
         // c. Tile m = n - 2 from its ring stage, once every token's coefficients are in.
-        const int64_t m = n - 2;
+        const int m = n - 2;
         mbar_wait<true>(coef_in + m % 3, unsigned(m / 3) & 1);
         const unsigned char* xs = ring + size_t(m % kFbStages) * Sb::StageBytes;
-        const float* cs = scoef + (m % 3) * Sb::TM * CW;
         // The group's first row: its grad_x row, and how many of its rows are tokens. Row by row the stores step by
         // K, and g_y's unit sits a fixed distance from x's (the same swizzle, another stream's lines).
-        const int64_t first = mine.tile(m) * Sb::TM + group * Sb::Rows;
+        const int64_t first = mine.tile(m) * Sb::TM + row0;
         bf16* out = fa.gx + first * K + kcol;
         const int left = a.tokens - first < Sb::Rows ? int(a.tokens - first) : Sb::Rows;
-        constexpr int kStreamBytes = Sl::Chunks * Sb::TM * 128;
-        const int g_from_x = Sb::XBytes - uh * kStreamBytes;
-#pragma unroll 2
+        const unsigned char* xr = xs + x_at0;
+        const unsigned c_row0 = opaque(unsigned((m % 3) * Sb::TM * CW + row0 * CW));
+        const float *cr = scoef + c_row0, *pr = scoef + opaque(c_row0 + MP + 1 + uh);
+#pragma unroll
         for (int rr = 0; rr < Sb::Rows; ++rr, out += K) {
-          const int row = group * Sb::Rows + rr;
-          const unsigned char* xp = xs + Sl::at(uh, row, uu);
+          const unsigned char* xp = xr + rr * 128 + (x_swz ^ (rr << 4));
           const uint4 x4 = *reinterpret_cast<const uint4*>(xp);
           const uint4 g4 = *reinterpret_cast<const uint4*>(xp + g_from_x);
           const uint32_t xw[4] = {x4.x, x4.y, x4.z, x4.w}, gw[4] = {g4.x, g4.y, g4.z, g4.w};
-          const float* cf = cs + row * CW;
+          const float* cf = cr + rr * CW;
           float cm[MP];
 #pragma unroll
           for (int q = 0; q < MP; ++q) cm[q] = cf[q];
-          const float c = cf[MP], ph = cf[MP + 1 + uh];
+          const float c = cf[MP], ph = pr[rr * CW];
           float o[8];
 #pragma unroll
           for (int e = 0; e < 8; ++e)
             o[e] = dx_element<true>(cm, f, acc, e, c, ph, e & 1 ? bf_hi(xw[e / 2]) : bf_lo(xw[e / 2]),
                                     e & 1 ? bf_hi(gw[e / 2]) : bf_lo(gw[e / 2]));
-          if (rr < left) Vec<bf16, 8>::store16(out, o);
+          Vec<bf16, 8>::store16(out, o, rr < left);
         }
         tiles.release(mine, m, 32 * kFbWarps, kCoefBytes);
       }
@@ -3142,7 +3186,7 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
       cluster_arrive_relaxed();  // X(n), before the work below: see the note at the top
       if (n < 1 || n > mine.count) continue;
       // b. Token `rank` of tile m = n - 1: its mixes are loaded before the wait for its sums.
-      const int64_t m = n - 1;
+      const int m = n - 1;
       const int64_t t = mine.tile(m) * Sb::TM + rank;
       const bool live = t < a.tokens;
       const float mix = live && lane < a.H ? a.mixes[t * a.H + lane] : 0.f;
@@ -3311,18 +3355,18 @@ __global__ void __launch_bounds__(kFmThreads, 1) mix_fused_bwd_mma_kernel(const 
     // grad_fn^T sums: [m-tile of 16 columns][n-tile of 8 mixes][4] (columns 16 mt + g (+8 for e >= 2), mixes 8 nt +
     // 2q (+1 for odd e)).
     float acc[4][3][4] = {};
-    for (int64_t n = 0; n < mine.count + 1; ++n) {
+    for (int n = 0; n < int(mine.count) + 1; ++n) {
       bool waited = n == 0;  // X(n-1), before this iteration's sends
       if (n < mine.count) {
         // a. Row `warp` of tile n: lane j takes unit j of g_y's slice and the same positions of every stream.
         mbar_wait(landed + n % kFmStages, unsigned(n / kFmStages) & 1);
-        const double v = fused_row_sums<F::Sl, 32>(ring + size_t(n % kFmStages) * F::StageBytes, warp, lane);
+        const double v = fused_row_sums<F::Sl, 32>(ring + (n % kFmStages) * F::StageBytes + a_off, lane);
         if (n > 0) cluster_wait(), waited = true;
-        send_row_entry(gpart + (n % 3) * kFusedCluster * NC, rows_in + n % 3, rank, warp, lane, v);
+        send_row_entry<32>(gpart + (n % 3) * kFusedCluster * NC, rows_in + n % 3, rank, warp, lane, v);
       }
       if (n >= 1) {
         // c. Tile m = n - 1 from its ring stage, once every token's coefficients are in.
-        const int64_t m = n - 1;
+        const int m = n - 1;
         mbar_wait<true>(coef_in + m % 3, unsigned(m / 3) & 1);
         unsigned char* xs = ring + size_t(m % kFmStages) * F::StageBytes;
         const float* cs = scoef + (m % 3) * kFusedTM * CS;
@@ -3387,7 +3431,7 @@ __global__ void __launch_bounds__(kFmThreads, 1) mix_fused_bwd_mma_kernel(const 
     cluster_wait();
     const float s0 = __ldg(a.scale), s1 = __ldg(a.scale + 1), s2 = __ldg(a.scale + 2);
     const float base_m = lane < a.M ? __ldg(a.base + lane) : 0.f;
-    for (int64_t n = 0; n < mine.count + 1; ++n) {
+    for (int n = 0; n < int(mine.count) + 1; ++n) {
       if (n > 0) cluster_wait();
       cluster_arrive_relaxed();  // X(n), before the work below
       if (n >= mine.count || warp != kFmWarps) continue;
