@@ -1683,7 +1683,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
   // 3. Collapse tile n's slice from its ring stage, with pre from spre[n % P] (P = kPreSlots), by `count` threads, this
   // one the `index`-th, once every token's pre is in; the slot is armed for its next tile, n + P, whose pre no CTA
   // sends before X(n + P): after these threads' reads.
-  auto collapse = [&](int64_t n, int index, int count) {
+  auto collapse = [&](int n, int index, int count) {
     mbar_wait<true>(pre_in + n % kPreSlots, unsigned(n / kPreSlots) & 1);
     if (index == 0) mbar_expect_bytes(pre_in + n % kPreSlots, kPreBytes);
     const unsigned char* xs = ring + size_t(n % kFusedStages) * Sl::StageBytes;
@@ -1714,7 +1714,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
   // by fours in rank order (sum_by_fours), in fp64, then the mixes, pre, and pre into every CTA's
   // spre[n % kPreSlots]. The gpart slot is armed for its next tile, n + 2, whose rows no CTA sends before X(n + 1):
   // after these reads.
-  auto finish_token = [&](int64_t n) {
+  auto finish_token = [&](int n) {
     mbar_wait<true>(rows_in + (n & 1), unsigned(n >> 1) & 1);
     if (lane == 0) mbar_expect_bytes(rows_in + (n & 1), kRowBytes);
     const int64_t t = mine.tile(n) * kFusedTM + rank;
@@ -1758,7 +1758,10 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
   // hc_pre's stall samples there); the 7 summing warps still take at most two of hc_pre's 400 sums each.
   constexpr int kFinisher = kFusedWarps / 2 - 1, kSumThreads = 32 * kFinisher, kCollapseFirst = 32 * (kFinisher + 1);
   constexpr int kCollapseCount = kFusedThreads - kCollapseFirst;
-  for (int64_t n = 0; n < mine.count; ++n) {
+  // 32-bit tile numbers, as mix_fused_bwd's: hc_head 0.2219 -> 0.2117 ms, hc_pre 0.2976 -> 0.2942 (H200, 3 alternating
+  // runs, each faster; reports/gpu/2026-11-29-h200-fused-fwd-int-tiles-ab.log).
+  const int count = int(mine.count);
+  for (int n = 0; n < count; ++n) {
     mbar_wait(landed + n % kFusedStages, unsigned(n / kFusedStages) & 1);  // tile n has landed
     const unsigned char* xs = ring + size_t(n % kFusedStages) * Sl::StageBytes;
 
@@ -1834,10 +1837,10 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
     } else {
       cluster_arrive_relaxed();  // X(n)
       if (n >= kCollapseLag) {
-        const int64_t m = n - kCollapseLag;
+        const int m = n - kCollapseLag;
         collapse(m, tid - kCollapseFirst, kCollapseCount);
         named_bar_sync(2, kCollapseCount);  // ring stage m % S is free: it takes tile m + S
-        if (tid == kCollapseFirst && m + kFusedStages < mine.count)
+        if (tid == kCollapseFirst && m + kFusedStages < count)
           issue_tile(mine.tile(m + kFusedStages), int(m % kFusedStages));
       }
     }
@@ -1845,19 +1848,19 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
   // The last token and the last kCollapseLag collapses, all but the last by every warp but the finisher (the summing
   // warps have no more rows to sum). X(last) frees the spre slot of the last pre; the last waits for the last bytes
   // sent to this CTA, and X(last + 1) keeps every CTA until all have sent theirs.
-  if (mine.count > 0) cluster_wait();
+  if (count > 0) cluster_wait();
   if (warp == kFinisher) {
-    if (mine.count > 0) finish_token(mine.count - 1);
+    if (count > 0) finish_token(count - 1);
     cluster_arrive_relaxed();
   } else {
     cluster_arrive_relaxed();
     static_assert(kCollapseFirst == 256, "tid - 32 (tid >> 8) numbers the threads around the finisher, warp 7");
 #pragma unroll
     for (int k = kCollapseLag; k >= 2; --k)
-      if (mine.count >= k) collapse(mine.count - k, tid - 32 * (tid >> 8), kFusedThreads - 32);
+      if (count >= k) collapse(count - k, tid - 32 * (tid >> 8), kFusedThreads - 32);
   }
   cluster_wait();
-  if (mine.count > 0) collapse(mine.count - 1, tid, kFusedThreads);
+  if (count > 0) collapse(count - 1, tid, kFusedThreads);
 }
 
 // post and comb from the mixes, one thread per token (after mix_fused_fwd<pre>); compiled per hc, as mix_bwd_token.
