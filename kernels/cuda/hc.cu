@@ -137,7 +137,8 @@ hc_pre bwd 0.5911 ms (48.4%), in parts reduce 0.190 ms (83%), token 0.018, dx_df
 reports/gpu/2026-11-29-h200-dx-dfn-last-warp-refill-ab.log): two passes, even each at the copy rate, take 64%.
 The fused kernels' clusters of 16 run on 112 of the H200's 132 SMs (7 fit its GPCs); hc_head's backward on clusters of
 8 (15 fit: 120 SMs) 0.4514-0.4562 -> 0.4308-0.4396 ms (`parity run --perf` 0.4308 ms, 66.0%; see mix_fused_bwd),
-then with less work a row in its grad_x step 0.4086 ms (`parity run --perf` 0.4090 ms, 69.9%).
+then with less work a row in its grad_x step 0.4086 ms (`parity run --perf` 0.4090 ms, 69.9%), and with fewer
+instructions on its compute warps' path 0.3711 ms (`parity run --perf` 0.3673 ms, 77.4%: run63, see mix_fused_bwd).
 */
 #include "kernels/cuda/hc.cuh"
 
@@ -1578,7 +1579,9 @@ __device__ __forceinline__ void split_terms(float w0, float w1, uint32_t (&out)[
 // per-tile chain of the summing and finisher warps; in index order they cost hc_pre's forward 1.2-1.4% (H100, V4 dims:
 // 0.2985 -> 0.2942 ms, 3 runs each; H200 0.3008 -> 0.2955), with the same output hashes on the timing's data (the
 // partials are alike in magnitude, so their fp64 sums rarely round; reports/gpu/2026-11-28-h100-fused-fwd-sums-by-
-// fours-ab.log).
+// fours-ab.log). Each run starting from its first term rather than 0 + term was no faster, nor (for hc_pre) the
+// summing threads taking the dots first and the sums of squares last (reports/gpu/2026-11-29-h200-fused-fwd-sums-tried-
+// ab.log).
 template <typename Term>
 __device__ __forceinline__ double sum_by_fours(Term&& term) {
   double run[4];
@@ -1759,7 +1762,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
   constexpr int kFinisher = kFusedWarps / 2 - 1, kSumThreads = 32 * kFinisher, kCollapseFirst = 32 * (kFinisher + 1);
   constexpr int kCollapseCount = kFusedThreads - kCollapseFirst;
   // 32-bit tile numbers, as mix_fused_bwd's: hc_head 0.2219 -> 0.2117 ms, hc_pre 0.2976 -> 0.2942 (H200, 3 alternating
-  // runs, each faster; reports/gpu/2026-11-29-h200-fused-fwd-int-tiles-ab.log).
+  // runs, each faster; reports/gpu/2026-11-29-h200-fused-fwd-int-tiles-ab.log; `parity run --perf` in run63: hc_head
+  // 0.2101 ms, 75.2%, hc_pre 0.2898 ms, 54.9%).
   const int count = int(mine.count);
   for (int n = 0; n < count; ++n) {
     mbar_wait(landed + n % kFusedStages, unsigned(n / kFusedStages) & 1);  // tile n has landed
@@ -2932,7 +2936,7 @@ bool dx_dfn_mma_ready() {
 // instructions a thread and tile) and its stores predicated; step a's loads off one base register (259 -> 221);
 // 32-bit tile numbers; the row sums reduced and scattered over the lanes (~125 -> ~72 a warp): 0.4038 -> 0.3711 ms
 // (H200, bench/hc_ab.sh, 3 alternating runs, each faster; the same bits at 16384, 4096 and 1001 tokens, hidden 2048
-// and 4096; reports/gpu/2026-11-29-h200-head-bwd-addressing-ab.log).
+// and 4096; reports/gpu/2026-11-29-h200-head-bwd-addressing-ab.log). `parity run --perf` 0.3673 ms, 77.4% (run63).
 // The fused backwards' per-tile exchange (mix_fused_bwd, mix_fused_bwd_mma), in three pieces:
 // a. Row `row`'s sums over a stage of this CTA's slice (x's streams, then g_y's one, in Sl's layout): sum x^2
 //    and <g_y, x_h>, fp64 from exact products as mix_bwd_reduce, by RT lanes (an aligned group of the warp), lane j of
@@ -2940,11 +2944,11 @@ bool dx_dfn_mma_ready() {
 //    first of them in stream 0 (stage + Sl::at(0, row, j)): RT being whole swizzle rounds, every other lies a constant
 //    distance on, so that each load is one base register plus an immediate (hc_head's block 259 -> 221 instructions).
 //    Returns partial row entry j / (RT / 8) (sum x^2, then <g_y, x_h>; past 1 + H4, zeros) in lane j of the group.
-//    Each bf16 widens by bf_f64 (hc_head's block: 310 -> 230 instructions): hc_head's fused backward 0.4587-0.4640 -> 0.4531-0.4569 ms (H100, V4 dims,
-//    bench/hc_ab.sh, 3 runs each, the same hashes; reports/gpu/2026-11-28-h100-bf16-widen-ab.log). The same widening in
-//    mix_bwd_reduce (its loop 389 -> 263 instructions) made that read slower, for a reason the A/B does not show:
-//    hc_head's 0.229 -> 0.243 ms (it runs at 98% of copy: bound by memory, not by its instructions), hc_pre's 0.266 ->
-//    0.268. It keeps fp32 values there.
+//    Each bf16 widens by bf_f64 (hc_head's block: 310 -> 230 instructions): hc_head's fused backward 0.4587-0.4640
+//    -> 0.4531-0.4569 ms (H100, V4 dims, bench/hc_ab.sh, 3 runs each, the same hashes;
+//    reports/gpu/2026-11-28-h100-bf16-widen-ab.log). The same widening in mix_bwd_reduce (its loop 389 -> 263
+//    instructions) made that read slower, for a reason the A/B does not show: hc_head's 0.229 -> 0.243 ms (it runs at
+//    98% of copy: bound by memory, not by its instructions), hc_pre's 0.266 -> 0.268. It keeps fp32 values there.
 template <class Sl, int RT>
 __device__ __forceinline__ double fused_row_sums(const unsigned char* unit, int j) {
   static_assert(RT % 8 == 0, "a lane's units share their swizzle");
