@@ -104,7 +104,9 @@ percentages are one-pass bytes over time, against the copy rate):
           done with it instead of after a barrier of all eight: dx_dfn_mma+sums 0.3955 -> 0.3819 ms (73 -> 76%), the
           whole 0.6037 -> 0.5904 ms (47.7 -> 48.8%; 3 alternating runs, each faster, the same hashes; `parity run
           --perf` 0.5868 ms, 48.8%; reports/gpu/2026-11-29-h200-dx-dfn-last-warp-refill-ab.log). Tried and dropped
-          since: grad_x out by one tensor copy of the stage from that warp (x1.074: its wait for the copy's reads
+          since: a thread's stage offsets formed once before the tile loop, as mix_fused_bwd<Head>'s (the tile's main
+          block 240 -> 224 instructions, yet dx_dfn_mma+sums 0.3800 -> 0.4119 ms;
+          reports/gpu/2026-11-29-h200-dx-dfn-offsets-tried-ab.log); grad_x out by one tensor copy of the stage from that warp (x1.074: its wait for the copy's reads
           holds the refill back, and ptxas recomputes more offsets in the loop) and a 5-stage ring (x1.014;
           reports/gpu/2026-11-29-h200-dx-dfn-tma-store-ab.log); grad_x staged apart from the ring so that the stage
           is released before the tile's stores (x1.009: the fences did not wait on them;
