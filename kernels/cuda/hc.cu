@@ -106,8 +106,9 @@ percentages are one-pass bytes over time, against the copy rate):
           --perf` 0.5868 ms, 48.8%; reports/gpu/2026-11-29-h200-dx-dfn-last-warp-refill-ab.log). Tried and dropped
           since: a thread's stage offsets formed once before the tile loop, as mix_fused_bwd<Head>'s (the tile's main
           block 240 -> 224 instructions, yet dx_dfn_mma+sums 0.3800 -> 0.4119 ms;
-          reports/gpu/2026-11-29-h200-dx-dfn-offsets-tried-ab.log); grad_x out by one tensor copy of the stage from that warp (x1.074: its wait for the copy's reads
-          holds the refill back, and ptxas recomputes more offsets in the loop) and a 5-stage ring (x1.014;
+          reports/gpu/2026-11-29-h200-dx-dfn-offsets-tried-ab.log); grad_x out by one tensor copy of the stage
+          from that warp (x1.074: its wait for the copy's reads holds the refill back, and ptxas recomputes more
+          offsets in the loop) and a 5-stage ring (x1.014;
           reports/gpu/2026-11-29-h200-dx-dfn-tma-store-ab.log); grad_x staged apart from the ring so that the stage
           is released before the tile's stores (x1.009: the fences did not wait on them;
           reports/gpu/2026-11-29-h200-dx-dfn-gx-staging-ab.log). Ablations then (timing only): without the MMAs
@@ -1766,8 +1767,8 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
   // 32-bit tile numbers, as mix_fused_bwd's: hc_head 0.2219 -> 0.2117 ms, hc_pre 0.2976 -> 0.2942 (H200, 3 alternating
   // runs, each faster; reports/gpu/2026-11-29-h200-fused-fwd-int-tiles-ab.log; `parity run --perf` in run63: hc_head
   // 0.2101 ms, 75.2%, hc_pre 0.2898 ms, 54.9%).
-  const int count = int(mine.count);
-  for (int n = 0; n < count; ++n) {
+  const int tiles = int(mine.count);
+  for (int n = 0; n < tiles; ++n) {
     mbar_wait(landed + n % kFusedStages, unsigned(n / kFusedStages) & 1);  // tile n has landed
     const unsigned char* xs = ring + size_t(n % kFusedStages) * Sl::StageBytes;
 
@@ -1846,7 +1847,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
         const int m = n - kCollapseLag;
         collapse(m, tid - kCollapseFirst, kCollapseCount);
         named_bar_sync(2, kCollapseCount);  // ring stage m % S is free: it takes tile m + S
-        if (tid == kCollapseFirst && m + kFusedStages < count)
+        if (tid == kCollapseFirst && m + kFusedStages < tiles)
           issue_tile(mine.tile(m + kFusedStages), int(m % kFusedStages));
       }
     }
@@ -1854,19 +1855,19 @@ __global__ void __launch_bounds__(kFusedThreads, 1) mix_fused_fwd_kernel(const _
   // The last token and the last kCollapseLag collapses, all but the last by every warp but the finisher (the summing
   // warps have no more rows to sum). X(last) frees the spre slot of the last pre; the last waits for the last bytes
   // sent to this CTA, and X(last + 1) keeps every CTA until all have sent theirs.
-  if (count > 0) cluster_wait();
+  if (tiles > 0) cluster_wait();
   if (warp == kFinisher) {
-    if (count > 0) finish_token(count - 1);
+    if (tiles > 0) finish_token(tiles - 1);
     cluster_arrive_relaxed();
   } else {
     cluster_arrive_relaxed();
     static_assert(kCollapseFirst == 256, "tid - 32 (tid >> 8) numbers the threads around the finisher, warp 7");
 #pragma unroll
     for (int k = kCollapseLag; k >= 2; --k)
-      if (count >= k) collapse(count - k, tid - 32 * (tid >> 8), kFusedThreads - 32);
+      if (tiles >= k) collapse(tiles - k, tid - 32 * (tid >> 8), kFusedThreads - 32);
   }
   cluster_wait();
-  if (count > 0) collapse(count - 1, tid, kFusedThreads);
+  if (tiles > 0) collapse(tiles - 1, tid, kFusedThreads);
 }
 
 // post and comb from the mixes, one thread per token (after mix_fused_fwd<pre>); compiled per hc, as mix_bwd_token.
