@@ -3278,6 +3278,11 @@ __global__ void __launch_bounds__(kFbThreads, 1) mix_fused_bwd_kernel(const __gr
 // m64n16k16 a chunk, one chunk in flight beside the previous one's epilogue): x1.16 slower on an H200 (0.806 -> 0.933
 // ms), each chunk waiting on its chain of small wgmma and the coefficients' operand costing a CTA barrier a tile
 // (reports/gpu/2026-11-27-h200-hc-pre-fused-bwd-wgmma-grad-x-ab.log, the patch beside it).
+// At 9f7d04e (H200): 0.7712 ms against the two passes' 0.5887. What sped dx_dfn_mma up since did not carry over (same
+// bits, every run slower): the coefficients' fragments formed once a tile by a spare warp of the fifth warpgroup, not
+// by every compute warp (step c 609 -> 489 instructions a warp and tile), x1.024; and with it each stage refilled by
+// its last warp, x1.033 (reports/gpu/2026-11-29-h200-hc-pre-fused-bwd-terms-warp-ab.log, the patches beside it): the
+// extra hop lands on the per-tile chain, which the compute warps' instructions do not set.
 // Threads: four warpgroups of compute warps and a fifth whose first warp is the finisher (its other three only keep
 // the cluster barrier). 20 warps launch at 96 registers a thread (5 warps a scheduler), where the grad_fn sums
 // spilled 88 bytes; setmaxnreg then moves registers within the CTA's pool, which is what the launch allocated (an
@@ -3419,6 +3424,7 @@ __global__ void __launch_bounds__(kFmThreads, 1) mix_fused_bwd_mma_kernel(const 
           if (4 * j < left)
             *reinterpret_cast<uint4*>(out + int64_t(4 * j) * K) =
                 *reinterpret_cast<const uint4*>(xs + (j & 1 ? s_off1 : s_off0) + (j >> 1) * 1024);
+        fence_proxy_async();  // grad_x written into the stage, before the tensor copy that refills it
         tiles.release(mine, m, 32 * kFmWarps, kCoefBytes);
       }
       if (!waited) cluster_wait();
