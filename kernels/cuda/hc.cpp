@@ -241,8 +241,8 @@ void mix_backward(kc::MixKind kind, const std::string& where, const OpContext& c
   at::Tensor gate = at::empty({p.t, kc::mix_gate_width(kind)}, f64);
   const cudaStream_t s = at::cuda::getCurrentCUDAStream();
   // hc_pre keeps the two passes: its one-pass kernel (mix_fused_bwd_mma) is correct but slower (V4 dims: 0.806 vs
-  // 0.756 ms on an H100, 0.81 vs 0.72 on an H200; see kernels/cuda/hc.cu); its GPU test holds it to the two-pass
-  // results.
+  // 0.756 ms on an H100; 0.771 vs 0.589 on an H200 at 9f7d04e; see kernels/cuda/hc.cu); its GPU test holds it to the
+  // two-pass results.
   const bool fused = !pre_kind && kc::mix_fused_bwd_fits(kind, p.dt, p.x.data_ptr(), g_y.data_ptr(), grad_x, hc,
                                                          k.hidden);
   const int splits = fused ? kc::mix_fused_bwd_splits(kind, p.t, k.hidden)
