@@ -1418,6 +1418,10 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 // barriers (its tensor work, ~0.5 us of a ~2 us tile, is fixed by fn's three terms), keeps hc_pre below hc_head. Two
 // terms (fn at 16 bits) would cut a third of it but fail the mixes' naive_relative(k=2) policy: fn's rounding alone
 // errs 6-8x as much as HF's fp32 composition at V4 dims (reports/analysis/hc_pre_fn_terms.py).
+// Nor does shifting the upper half against the lower, so that a scheduler's four warps do not all multiply at once
+// (H200, the same bits): its collapse at the top of the iteration, before its MMAs, hc_pre x1.003 and hc_head x1.037;
+// its MMAs first and the collapse before the partial rows' barrier, hc_pre x1.119
+// (reports/gpu/2026-11-29-h200-fused-fwd-collapse-order-ab.log, the patches beside it).
 // A stage is one TMA box as it lands: x viewed as [stream][hidden / 64][token][64] (4-D tensor map, strides in any
 // order), box (64, 16 tokens, Dc / 64, H), 128-byte swizzle: the 16 tokens of a 64-element chunk are 16 lines of
 // 128 bytes, unit u of line r at u ^ (r % 8) (FusedSlice::at). ldmatrix then reads the multiply's A fragments (8 rows
