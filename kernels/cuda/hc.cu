@@ -1418,7 +1418,10 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 // barriers (its tensor work, ~0.5 us of a ~2 us tile, is fixed by fn's three terms), keeps hc_pre below hc_head. Two
 // terms (fn at 16 bits) would cut a third of it but fail the mixes' naive_relative(k=2) policy: fn's rounding alone
 // errs 6-8x as much as HF's fp32 composition at V4 dims (reports/analysis/hc_pre_fn_terms.py).
-// Nor does shifting the upper half against the lower, so that a scheduler's four warps do not all multiply at once
+// On the H200 the multiply weighs more: without the MMAs 0.2136 ms against 0.2925 (both with mix_post_comb; 75% of
+// the copy rate), and a run-time test around each chain of three MMAs, which keeps ptxas from interleaving a block's
+// n-tile chains, made it 0.38 even with half the warps not multiplying: the chains' latency as scheduled is the cost
+// (reports/gpu/2026-11-29-h200-fused-fwd-ablations-slots-ab.log). Nor does shifting the upper half against the lower, so that a scheduler's four warps do not all multiply at once
 // (H200, the same bits): its collapse at the top of the iteration, before its MMAs, hc_pre x1.003 and hc_head x1.037;
 // its MMAs first and the collapse before the partial rows' barrier, hc_pre x1.119
 // (reports/gpu/2026-11-29-h200-fused-fwd-collapse-order-ab.log, the patches beside it).
@@ -1451,7 +1454,8 @@ struct FusedTile {
   static constexpr int NC = 8 * NT + 1;    // partial row: the mixes' dot products, then the sum of squares
   // Slots of warp partials: with two (tile n in slot n & 1) no barrier of the whole CTA opens a tile (see the loop).
   // hc_head's 8 KB a slot fit beside the ring; hc_pre's 24 KB would cost a ring stage, and with five stages and two
-  // slots it was slower (H100, V4 dims, bench/hc_ab.sh: x1.031 / x1.038 in two calls; hc_head x0.980 / x0.981).
+  // slots it was slower (H100, V4 dims, bench/hc_ab.sh: x1.031 / x1.038 in two calls; hc_head x0.980 / x0.981; H200
+  // x1.030, and x1.018 with hc_pre's collapse lag at 2: reports/gpu/2026-11-29-h200-fused-fwd-ablations-slots-ab.log).
   static constexpr int Slots = NT > 1 ? 1 : 2;
   // The forward collapses tile n CollapseLag tiles after it multiplied it; its pre waits in one of PreSlots slots.
   // hc_pre's collapse a tile later than hc_head's (H100, V4 dims, 5 alternating runs, the same bits): hc_pre 0.3081
