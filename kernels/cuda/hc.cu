@@ -1425,6 +1425,10 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 // (H200, the same bits): its collapse at the top of the iteration, before its MMAs, hc_pre x1.003 and hc_head x1.037;
 // its MMAs first and the collapse before the partial rows' barrier, hc_pre x1.119
 // (reports/gpu/2026-11-29-h200-fused-fwd-collapse-order-ab.log, the patches beside it).
+// Nor split roles, the lower half multiplying for both halves (setmaxnreg 216: two warps' fn fragments) and summing,
+// the upper half only collapsing (setmaxnreg 40): the same bits, x1.151. A warp issues mma.sync no closer than ~16
+// cycles apart, so 72 a warp take >= 1152 cycles a tile, where four warps a scheduler with 36 each are bound by the
+// pipe at ~907: the multiply needs every warp (reports/gpu/2026-11-29-h200-fused-fwd-split-roles-ab.log, the patch).
 // A stage is one TMA box as it lands: x viewed as [stream][hidden / 64][token][64] (4-D tensor map, strides in any
 // order), box (64, 16 tokens, Dc / 64, H), 128-byte swizzle: the 16 tokens of a 64-element chunk are 16 lines of
 // 128 bytes, unit u of line r at u ^ (r % 8) (FusedSlice::at). ldmatrix then reads the multiply's A fragments (8 rows
