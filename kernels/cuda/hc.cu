@@ -1429,6 +1429,11 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 // the upper half only collapsing (setmaxnreg 40): the same bits, x1.151. A warp issues mma.sync no closer than ~16
 // cycles apart, so 72 a warp take >= 1152 cycles a tile, where four warps a scheduler with 36 each are bound by the
 // pipe at ~907: the multiply needs every warp (reports/gpu/2026-11-29-h200-fused-fwd-split-roles-ab.log, the patch).
+// Next: wgmma, for its asynchrony rather than its rate. On an H200 m64n16k16 (a 16-token tile as N) runs no faster
+// than mma.sync (13 cycles apart an SM at best: 6.5 per m16n8k16's work a sub-partition, against 6.2-6.6), m64n32k16
+// at 4.0 (bench/mma_sync_rate.cu; reports/gpu/2026-11-29-h200-mma-sync-wgmma-rate.log). But a warpgroup goes on while
+// its products run, so fn's (mix, term) rows as A from registers and the tile from shared memory as B could put the
+// multiply under the sums and the collapse, where the ablation above says ~75% of the copy rate is.
 // A stage is one TMA box as it lands: x viewed as [stream][hidden / 64][token][64] (4-D tensor map, strides in any
 // order), box (64, 16 tokens, Dc / 64, H), 128-byte swizzle: the 16 tokens of a 64-element chunk are 16 lines of
 // 128 bytes, unit u of line r at u ^ (r % 8) (FusedSlice::at). ldmatrix then reads the multiply's A fragments (8 rows
