@@ -11,9 +11,11 @@
 // reports/gpu/2026-11-29-h200-mma-sync-wgmma-rate.log): mma.sync the same (24.8, 16.1, 6.2-6.6 cycles). wgmma
 // m64n16k16 (A from registers, B from shared memory) no faster: at best 13.0 cycles apart an SM, 6.5 per m16n8k16's
 // work a sub-partition, 573 TFLOP/s with four warpgroups; m64n32k16 16.0 cycles apart, 4.0 per m16n8k16's work, 918
-// TFLOP/s. So a tile of 16 tokens gains nothing from wgmma's rate; what wgmma adds is that the warpgroup goes on
-// while its products run.
+// TFLOP/s (ptxas serializes the two-chain kernels, warning C7511, so their lines understate). So a tile of 16 tokens
+// gains nothing from wgmma's rate; what wgmma adds is that the warpgroup goes on while its products run.
 #include "bench/cuda_timing.cuh"
+
+#include <utility>
 
 namespace {
 
@@ -43,23 +45,33 @@ __global__ void chains_kernel(int iters, float* out, long long* cycles) {
   if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
 }
 
+// launch(out, cycles), one block of `threads` on each of the `sms` SMs, timed: its milliseconds and block 0's clock64
+// span.
+template <typename Launch>
+std::pair<double, long long> timed(int sms, int threads, Launch&& launch) {
+  float* out = nullptr;
+  long long* cycles = nullptr;
+  CK(cudaMalloc(&out, size_t(sms) * threads * sizeof(float)));
+  CK(cudaMalloc(&cycles, sms * sizeof(long long)));
+  const double ms = time_ms([&] { launch(out, cycles); });
+  long long c = 0;
+  CK(cudaMemcpy(&c, cycles, sizeof c, cudaMemcpyDeviceToHost));
+  CK(cudaFree(out));
+  CK(cudaFree(cycles));
+  return {ms, c};
+}
+
 // One block of `warps` warps on every SM (warp w runs on sub-partition w % 4).
 template <int Chains>
 void measure(int warps, int sms) {
   constexpr int kIters = 4096;
-  float* out = nullptr;
-  long long* cycles = nullptr;
-  CK(cudaMalloc(&out, size_t(sms) * warps * 32 * sizeof(float)));
-  CK(cudaMalloc(&cycles, sms * sizeof(long long)));
-  const double ms = time_ms([&] { chains_kernel<Chains><<<sms, warps * 32>>>(kIters, out, cycles); });
-  long long c = 0;
-  CK(cudaMemcpy(&c, cycles, sizeof c, cudaMemcpyDeviceToHost));
+  const auto [ms, c] = timed(sms, warps * 32, [&](float* out, long long* cycles) {
+    chains_kernel<Chains><<<sms, warps * 32>>>(kIters, out, cycles);
+  });
   const double per_warp = double(kIters) * Chains, per_subpartition = per_warp * std::max(1, warps / 4);
   const double flops = 2.0 * 16 * 8 * 16 * per_warp * warps * sms;
   std::printf("warps/SM %2d, chains %d: %6.2f cycles apart a sub-partition, %6.2f a warp, %6.1f TFLOP/s\n", warps,
               Chains, double(c) / per_subpartition, double(c) / per_warp, flops / ms / 1e9);
-  CK(cudaFree(out));
-  CK(cudaFree(cycles));
 }
 
 // wgmma (a warpgroup's m64nNk16, A from registers, B from shared memory without swizzle), the other way to drive the
@@ -126,13 +138,9 @@ __global__ void __launch_bounds__(512, 1) wgmma_kernel(int iters, float* out, lo
 template <int N, int Chains>
 void measure_wgmma(int groups, int sms) {
   constexpr int kIters = 2048;
-  float* out = nullptr;
-  long long* cycles = nullptr;
-  CK(cudaMalloc(&out, size_t(sms) * groups * 128 * sizeof(float)));
-  CK(cudaMalloc(&cycles, sms * sizeof(long long)));
-  const double ms = time_ms([&] { wgmma_kernel<N, Chains><<<sms, groups * 128>>>(kIters, out, cycles); });
-  long long c = 0;
-  CK(cudaMemcpy(&c, cycles, sizeof c, cudaMemcpyDeviceToHost));
+  const auto [ms, c] = timed(sms, groups * 128, [&](float* out, long long* cycles) {
+    wgmma_kernel<N, Chains><<<sms, groups * 128>>>(kIters, out, cycles);
+  });
   const double per_group = double(kIters) * Chains;
   const double flops = 2.0 * 64 * N * 16 * per_group * groups * sms;
   // In m16n8k16 units (2048 multiply-adds), for comparison with mma.sync above.
@@ -141,8 +149,6 @@ void measure_wgmma(int groups, int sms) {
               "sub-partition, %6.1f TFLOP/s\n",
               N, groups, Chains, double(c) / (per_group * groups), 4.0 * double(c) / units_per_sm,
               flops / ms / 1e9);
-  CK(cudaFree(out));
-  CK(cudaFree(cycles));
 }
 
 }  // namespace
