@@ -1429,6 +1429,10 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 // the upper half only collapsing (setmaxnreg 40): the same bits, x1.151. A warp issues mma.sync no closer than ~16
 // cycles apart, so 72 a warp take >= 1152 cycles a tile, where four warps a scheduler with 36 each are bound by the
 // pipe at ~907: the multiply needs every warp (reports/gpu/2026-11-29-h200-fused-fwd-split-roles-ab.log, the patch).
+// Nor a ring stage freed as soon as every warp has multiplied its tile, the collapse reading x again from L2 (so that
+// hc_pre could take two slots of partials with five stages): the same bits, but hc_pre x1.67 and hc_head x1.45, the
+// collapse warps' loads waiting on L2 under the DRAM stream (reports/gpu/2026-11-29-h200-fused-fwd-collapse-from-l2-
+// ab.log, the patch beside it).
 // Next: wgmma, for its asynchrony rather than its rate. On an H200 m64n16k16 (a 16-token tile as N) runs no faster
 // than mma.sync (13 cycles apart an SM at best: 6.5 per m16n8k16's work a sub-partition, against 6.2-6.6), m64n32k16
 // at 4.0 (bench/mma_sync_rate.cu; reports/gpu/2026-11-29-h200-mma-sync-wgmma-rate.log). But a warpgroup goes on while
