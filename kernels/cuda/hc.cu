@@ -117,7 +117,9 @@ percentages are one-pass bytes over time, against the copy rate):
           positions x1.19, c and pre_h inside the block of terms (4352 bytes a tile, no box of rows) x1.06, ncu
           showing longer waits for the tiles at a lower DRAM throughput; tiles walked last to first (the reduce's
           last tokens still in L2) x0.98-0.99, not worth grad_fn's changed bits
-          (reports/gpu/2026-11-29-h200-dx-dfn-ablations-width-terms-ab.log, the patches beside it)
+          (reports/gpu/2026-11-29-h200-dx-dfn-ablations-width-terms-ab.log, the patches beside it); L2 hints on its
+          copies (x and g_y evict_first, the coefficients evict_last): the same bits, dx_dfn_mma+sums x1.024 and the
+          whole backward x1.061 (reports/gpu/2026-11-29-h200-l2-hints-ab.log, the patch beside it)
   hc_head fwd 0.453 ms (50%), fused with TMA + ldmatrix 0.358 ms (62%), st.async 0.258 ms (87%; `parity run
           --perf` 0.243 ms, 92%), two slots of warp partials 0.241 -> 0.237 (`parity run --perf` 0.238 ms, 94%), fn
           before the ring (see hc_pre) 0.2370 -> 0.2336 (`parity run --perf` 0.2351 ms, 95%);
