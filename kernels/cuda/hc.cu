@@ -1435,6 +1435,11 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 // hc_pre could take two slots of partials with five stages): the same bits, but hc_pre x1.67 and hc_head x1.45, the
 // collapse warps' loads waiting on L2 under the DRAM stream (reports/gpu/2026-11-29-h200-fused-fwd-collapse-from-l2-
 // ab.log, the patch beside it).
+// Where a tile goes (H200, clock() brackets in four warps, a probe that slows the kernel ~12%): ~3770 cycles a tile,
+// of which every role waits only ~300-400 (the ring ~105, the CTA barriers and the cluster's ~200, pre or the rows
+// ~100); the multiply takes ~2000 of a warp's chain (1000-1300 as issued, then ~700 until its partials can be stored)
+// and the role work 1400-1700 (sums, finisher, collapse). So neither the cluster's coupling nor the ring holds it, but
+// each warp's multiply latency followed by its role work (reports/gpu/2026-11-29-h200-fused-fwd-phase-probe.log).
 // Next: wgmma, for its asynchrony rather than its rate. On an H200 m64n16k16 (a 16-token tile as N) runs no faster
 // than mma.sync (13 cycles apart an SM at best: 6.5 per m16n8k16's work a sub-partition, against 6.2-6.6), m64n32k16
 // at 4.0 (bench/mma_sync_rate.cu; reports/gpu/2026-11-29-h200-mma-sync-wgmma-rate.log). But a warpgroup goes on while
