@@ -1444,6 +1444,8 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 // (reports/gpu/2026-11-29-h200-fused-fwd-split-terms-unchained-ab.log, the patch beside it).
 // Nor the upper half let out of step (the slot's CTA barrier split so that it waits only for the sums' reads, not for
 // the lower half's multiply): the same bits, x1.096 (reports/gpu/2026-11-29-h200-fused-fwd-upper-ahead-ab.log).
+// Ablations of the cross-warp sums (timing only): summed in fp32 without the conversions x1.015, none at all x1.06
+// (hc_head): they are not what a tile waits on (reports/gpu/2026-11-29-h200-fused-fwd-sums-ablations-ab.log).
 // Next: wgmma, for its asynchrony rather than its rate. On an H200 m64n16k16 (a 16-token tile as N) runs no faster
 // than mma.sync (13 cycles apart an SM at best: 6.5 per m16n8k16's work a sub-partition, against 6.2-6.6), m64n32k16
 // at 4.0 (bench/mma_sync_rate.cu; reports/gpu/2026-11-29-h200-mma-sync-wgmma-rate.log). But a warpgroup goes on while
