@@ -1450,7 +1450,14 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 // than mma.sync (13 cycles apart an SM at best: 6.5 per m16n8k16's work a sub-partition, against 6.2-6.6), m64n32k16
 // at 4.0 (bench/mma_sync_rate.cu; reports/gpu/2026-11-29-h200-mma-sync-wgmma-rate.log). But a warpgroup goes on while
 // its products run, so fn's (mix, term) rows as A from registers and the tile from shared memory as B could put the
-// multiply under the sums and the collapse, where the ablation above says ~75% of the copy rate is.
+// multiply under the sums and the collapse, where the ablation above says ~75% of the copy rate is. Its register
+// budget, worked out but not written: fn's 24 mixes x 3 terms are 72 rows, one more than an m64 A holds, so a k-step
+// takes either two wgmma (128 rows, 44% of them padding, and fn's fragments 1.8x the registers) or one (hi and mid of
+// the 24 mixes and lo of 16, each thread holding a mix's hi and mid as its rows g and g + 8) plus an mma.sync for the
+// other 8 lo rows; the latter keeps fn at today's 72 registers a thread when all four warpgroups multiply, a quarter
+// of the slice each. Each k-step's D (8 registers) must be read back and added with round-to-nearest before the next
+// truncating step, so two in flight cost 16 more: the kernel is at 128 now and spills with any more (see the unchained
+// terms above).
 // A stage is one TMA box as it lands: x viewed as [stream][hidden / 64][token][64] (4-D tensor map, strides in any
 // order), box (64, 16 tokens, Dc / 64, H), 128-byte swizzle: the 16 tokens of a 64-element chunk are 16 lines of
 // 128 bytes, unit u of line r at u ^ (r % 8) (FusedSlice::at). ldmatrix then reads the multiply's A fragments (8 rows
