@@ -4,8 +4,11 @@
 # holding an hc.cu and hc.cuh. bench/hc_cuda_timing.cu is built against each (see checkout), then the binaries run in
 # turn RUNS times each (default 3; ARGS go to every run: tokens hc hidden), so that all see the same machine; each run
 # prints its table and the output hashes (same hash = same bits); a run past HC_AB_TIMEOUT seconds (120) is killed.
-# Last, per kernel row, the median over the runs of every version, and each version's over A's. Logs and binaries
-# under ${OUT:-/tmp}/hc_ab (version i in v<i>).
+# Last, per kernel row, the median over the runs of every version, and each version's over A's; then every version's
+# output hashes at more shapes (HC_AB_HASH_SHAPES, "T H D" triples separated by commas; default 1001 4 4096, 4096 4
+# 4096 and 37 4 2048; empty: none), each set against A's, so that a change meant to keep the bits is checked where the
+# timing's shape does not reach (partial tiles, hidden 2048). Logs and binaries under ${OUT:-/tmp}/hc_ab (version i in
+# v<i>).
 set -euo pipefail
 [ $# -ge 2 ] || { sed -n '2,8p' "$0"; exit 2; }
 versions=()
@@ -84,3 +87,18 @@ done | sort -t$'\t' -k2,2 -k1,1n -k3,3n | awk -F'\t' -v names="${versions[*]}" '
     }
     for (s = 0; s < k; ++s) printf "v%d = %s\n", s, name[s + 1]
   }'
+
+IFS=, read -ra shapes <<<"${HC_AB_HASH_SHAPES-1001 4 4096,4096 4 4096,37 4 2048}"
+for shape in "${shapes[@]}"; do
+  echo
+  echo "== output hashes at $shape (tokens hc hidden)"
+  for i in "${!versions[@]}"; do
+    # shellcheck disable=SC2086  # the shape is three arguments
+    timeout "${HC_AB_TIMEOUT:-120}" "$work/v$i/hct" $shape | grep -E 'hash|differ' >"$work/v$i.hashes" ||
+      echo "hc_ab: v$i at $shape failed or ran past ${HC_AB_TIMEOUT:-120} s"
+    if [ "$i" = 0 ]; then sed 's/^/  /' "$work/v0.hashes"
+    elif cmp -s "$work/v0.hashes" "$work/v$i.hashes"; then echo "v$i: the same bits as v0"
+    else echo "v$i: other bits than v0:"; { diff "$work/v0.hashes" "$work/v$i.hashes" || true; } | sed -n 's/^> /  /p'
+    fi
+  done
+done
