@@ -10,10 +10,10 @@
 # timing's shape does not reach (partial tiles, hidden 2048). Logs and binaries under ${OUT:-/tmp}/hc_ab (version i in
 # v<i>).
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n '2,8p' "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,11p' "$0"; exit 2; }
 versions=()
 while [ $# -gt 0 ] && [ "$1" != "--" ] && ! [[ $1 =~ ^[0-9]+$ ]]; do versions+=("$1"); shift; done
-[ ${#versions[@]} -ge 2 ] || { sed -n '2,8p' "$0"; exit 2; }
+[ ${#versions[@]} -ge 2 ] || { sed -n '2,11p' "$0"; exit 2; }
 runs=3
 if [ $# -gt 0 ] && [ "$1" != "--" ]; then runs=$1; shift; fi
 [ "${1:-}" = "--" ] && shift
