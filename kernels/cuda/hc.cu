@@ -119,7 +119,15 @@ percentages are one-pass bytes over time, against the copy rate):
           last tokens still in L2) x0.98-0.99, not worth grad_fn's changed bits
           (reports/gpu/2026-11-29-h200-dx-dfn-ablations-width-terms-ab.log, the patches beside it); L2 hints on its
           copies (x and g_y evict_first, the coefficients evict_last): the same bits, dx_dfn_mma+sums x1.024 and the
-          whole backward x1.061 (reports/gpu/2026-11-29-h200-l2-hints-ab.log, the patch beside it)
+          whole backward x1.061 (reports/gpu/2026-11-29-h200-l2-hints-ab.log, the patch beside it). Its inputs
+          do not bound it: with no tile loads after the first four (stale stages, timing only) x0.980, and with x
+          and g_y in L2 (read by the reduce just before, chunks of 256 to 16384 tokens) no faster, so a chunked two-pass
+          backward would gain nothing (ncu: fixed-latency waits between the HMMAs the largest stall;
+          reports/gpu/2026-11-29-h200-dx-dfn-compute-bound-probe.log). grad_x's four n-tile chains issued together,
+          then their epilogues, and grad_fn's MMAs after them (before, a chain and its epilogue at a time): the same
+          bits, dx_dfn_mma+sums 0.3813 -> 0.3542 ms, the whole 0.5895 -> 0.5656 ms on an H200 (49.0 -> 51.4%; 3
+          alternating runs, each faster, and again in a second call, x0.963; the same hashes at 37, 1001, 4096 and
+          16384 tokens; reports/gpu/2026-11-29-h200-dx-dfn-chains-together-ab.log, the variants tried beside it)
   hc_head fwd 0.453 ms (50%), fused with TMA + ldmatrix 0.358 ms (62%), st.async 0.258 ms (87%; `parity run
           --perf` 0.243 ms, 92%), two slots of warp partials 0.241 -> 0.237 (`parity run --perf` 0.238 ms, 94%), fn
           before the ring (see hc_pre) 0.2370 -> 0.2336 (`parity run --perf` 0.2351 ms, 95%);
@@ -2824,25 +2832,32 @@ __global__ void __launch_bounds__(kDxMmaThreads, kDxMmaResident)
       const int mi = lane >> 3, r = (lane & 7) + 8 * (mi >> 1), c = xc + 2 * mt + (mi & 1);
       ldmatrix_x4<true>(xa[mt], xs + dx_chunk(r, c));
     }
-    grad_fn_mma(acc, xa, load_lane<CoefTerms>(terms_s + 32 * kFragWords + lane * kTermsWords));
 
-    // grad_x: coef rows g and g + 8 as A fragments in two terms, then an n-tile at a time.
+    // grad_x: coef rows g and g + 8 as A fragments in two terms; the four n-tiles' chains issued together, then their
+    // epilogues (x and g_y words read before any is written back: the compiler cannot tell them apart). grad_fn's MMAs
+    // follow, filling the chains' latency (the x fragments above were read before grad_x replaces the tile).
     const CoefFrag ca = load_lane<CoefFrag>(terms_s + lane * kFragWords);
     const float c_lo = dx_row_at(rows, g, MP), c_hi = dx_row_at(rows, g + 8, MP);
     const float p_lo = dx_row_at(rows, g, MP + 1 + h), p_hi = dx_row_at(rows, g + 8, MP + 1 + h);
+    float d[4][4];
+    grad_x_mma<4>(d, ca, fb);
+    // This lane's word q (columns 2q, 2q+1) of chunk nt in rows g and g + 8: x in, grad_x back in its place.
+    uint32_t x0[4], x8[4], g0[4], g8[4];
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
-      float d[1][4];
-      grad_x_mma<1>(d, ca, {fb[nt]});
-      // This lane's word q (columns 2q, 2q+1) of chunk nt, rows g and g + 8: x in, grad_x back in its place.
-      uint32_t* x0 = reinterpret_cast<uint32_t*>(xs + dx_chunk(g, xc + nt) + 4 * q);
-      uint32_t* x8 = reinterpret_cast<uint32_t*>(xs + dx_chunk(g + 8, xc + nt) + 4 * q);
-      const uint32_t g0 = *reinterpret_cast<const uint32_t*>(gs + dx_chunk(g, xc + nt) + 4 * q);
-      const uint32_t g8 = *reinterpret_cast<const uint32_t*>(gs + dx_chunk(g + 8, xc + nt) + 4 * q);
-      const uint32_t w0 = *x0, w8 = *x8;  // both read before either is written (the compiler cannot tell them apart)
-      *x0 = dx_word(d[0][0], d[0][1], c_lo, w0, p_lo, g0);
-      *x8 = dx_word(d[0][2], d[0][3], c_hi, w8, p_hi, g8);
+      x0[nt] = *reinterpret_cast<const uint32_t*>(xs + dx_chunk(g, xc + nt) + 4 * q);
+      x8[nt] = *reinterpret_cast<const uint32_t*>(xs + dx_chunk(g + 8, xc + nt) + 4 * q);
+      g0[nt] = *reinterpret_cast<const uint32_t*>(gs + dx_chunk(g, xc + nt) + 4 * q);
+      g8[nt] = *reinterpret_cast<const uint32_t*>(gs + dx_chunk(g + 8, xc + nt) + 4 * q);
     }
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      *reinterpret_cast<uint32_t*>(xs + dx_chunk(g, xc + nt) + 4 * q) =
+          dx_word(d[nt][0], d[nt][1], c_lo, x0[nt], p_lo, g0[nt]);
+      *reinterpret_cast<uint32_t*>(xs + dx_chunk(g + 8, xc + nt) + 4 * q) =
+          dx_word(d[nt][2], d[nt][3], c_hi, x8[nt], p_hi, g8[nt]);
+    }
+    grad_fn_mma(acc, xa, load_lane<CoefTerms>(terms_s + 32 * kFragWords + lane * kTermsWords));
     __syncwarp();
     // The warp's grad_x tile: 16 rows x 4 chunks, two 16-byte stores a lane (rows lane / 4 and lane / 4 + 8).
     const int64_t t0 = tb + int64_t(i) * kDxMmaTM, left = te - t0;
