@@ -130,7 +130,9 @@ percentages are one-pass bytes over time, against the copy rate):
           16384 tokens; `parity run --perf` 0.5684 ms, 50.3%: run66;
           reports/gpu/2026-11-29-h200-dx-dfn-chains-together-ab.log, the variants tried beside it). Not faster
           since: the refill's two block fences as one acq_rel atomic (x1.000, the same bits;
-          reports/gpu/2026-11-29-h200-dx-dfn-acqrel-ab.log)
+          reports/gpu/2026-11-29-h200-dx-dfn-acqrel-ab.log); grad_fn's terms loaded before grad_x's MMAs so that its
+          MMAs could move up (8 bytes spilled: x1.036, and x1.045 with them before the epilogues;
+          reports/gpu/2026-11-29-h200-dx-dfn-terms-early-ab.log)
   hc_head fwd 0.453 ms (50%), fused with TMA + ldmatrix 0.358 ms (62%), st.async 0.258 ms (87%; `parity run
           --perf` 0.243 ms, 92%), two slots of warp partials 0.241 -> 0.237 (`parity run --perf` 0.238 ms, 94%), fn
           before the ring (see hc_pre) 0.2370 -> 0.2336 (`parity run --perf` 0.2351 ms, 95%);
