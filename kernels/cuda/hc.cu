@@ -23,7 +23,7 @@ H = 4 instantiation (ptxas, sm_90a):
   mix_bwd_reduce<H>            per token: sum x^2 and g_pre_h = <g_y, x_h> (fp64 sums); hc_pre: its first
                                blocks run the Sinkhorn backward meanwhile (forward recomputed; its divisions
                                share a reciprocal per line: divide_lines; at hc 4 by quads from checkpoints,
-                               comb_backward_quad)           warp/token, Sinkhorn 4 threads/token 96 reg
+                               comb_backward_quad)           warp/token, Sinkhorn 4 threads/token 76 reg
   mix_bwd_token<Pre|Head, H>   per token: sigmoid backward -> coefficients of the linear+norm backward;
                                hc_pre: and their bf16 terms in dx_dfn_mma's fragment order
                                                                          thread/token 44 reg, 18 KB smem
@@ -132,7 +132,10 @@ percentages are one-pass bytes over time, against the copy rate):
           since: the refill's two block fences as one acq_rel atomic (x1.000, the same bits;
           reports/gpu/2026-11-29-h200-dx-dfn-acqrel-ab.log); grad_fn's terms loaded before grad_x's MMAs so that its
           MMAs could move up (8 bytes spilled: x1.036, and x1.045 with them before the epilogues;
-          reports/gpu/2026-11-29-h200-dx-dfn-terms-early-ab.log)
+          reports/gpu/2026-11-29-h200-dx-dfn-terms-early-ab.log). The reduce's loop unrolled by four (three
+          blocks an SM, see mix_bwd_reduce): reduce 0.1899 -> 0.1764 ms, the whole 0.5706 -> 0.5512 ms on an H200
+          (51.4 -> 52.8%; 3 alternating runs, each faster, the same hashes;
+          reports/gpu/2026-11-29-h200-reduce-unroll-ab.log)
   hc_head fwd 0.453 ms (50%), fused with TMA + ldmatrix 0.358 ms (62%), st.async 0.258 ms (87%; `parity run
           --perf` 0.243 ms, 92%), two slots of warp partials 0.241 -> 0.237 (`parity run --perf` 0.238 ms, 94%), fn
           before the ring (see hc_pre) 0.2370 -> 0.2336 (`parity run --perf` 0.2351 ms, 95%);
@@ -2196,7 +2199,12 @@ __device__ void comb_backward_quad(int64_t g, const MixBwdTokenArgs& a) {
 // beside a reduce block: 0.2570 -> 0.2407 ms, the backward 0.7686 -> 0.7542 (H100, bench/hc_ab.sh, 2 runs each, the
 // same hashes at 37, 1001, 4096 and 16384 tokens; reports/gpu/2026-11-28-h100-comb-interleave-ab.log). Three blocks an
 // SM (80 registers, the loop not unrolled) gave 0.2354 ms for the reduce but the backward 0.7502 and 0.7750 in its two
-// runs; with spills, 0.2453; four, 0.2544.
+// runs; with spills, 0.2453; four, 0.2544. On the H200 since, the loop unrolled by four instead of two, which ptxas
+// builds in 76 registers (96 before; hc_head's 74), so that three blocks share an SM: the same bits, the reduce 0.1899
+// -> 0.1764 ms, hc_head's 0.1672 -> 0.1628, hc_pre's backward 0.5706 -> 0.5512 ms (3 alternating runs, each faster;
+// the same hashes at 37, 1001, 4096 and 16384 tokens). The steps' 16-byte words loaded four ahead by hand instead (165
+// registers; 128 with spills under two blocks an SM) was slower, x1.030
+// (reports/gpu/2026-11-29-h200-reduce-unroll-ab.log).
 // The comb blocks: at hc 4 `wpb` warps of each run comb_backward_quad (8 where the tokens fill the SMs; where they
 // would fill fewer blocks than there are SMs, fewer warps a block: a few chains are each their own latency, best on
 // SMs of their own), else 128 threads of each run comb_backward.
@@ -2244,7 +2252,7 @@ __global__ void __launch_bounds__(256) mix_bwd_reduce_kernel(const T* __restrict
   for (int h = 0; h < H4; ++h) gp[h] = 0;
   const T* xr = x + t * H * D;
   const T* gr = gy + t * D;
-#pragma unroll 2
+#pragma unroll 4  // not 2: in fewer registers, three blocks an SM (see above)
   for (int d = lane * V; d < D; d += 32 * V) {
     float gv[V], xv[H4][V];
     Vec<T, V>::load(gr + d, gv);
