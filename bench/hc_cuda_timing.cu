@@ -5,8 +5,9 @@
 // bf16 streams, seeded pseudo-random data (never zeros). Each line: median of 20 timed launches after 3 warm-ups
 // (CUDA events), the bytes that launch must move (each input read once, each output written once), the achieved
 // rate, and that rate over the measured copy rate (bytes read + bytes written, cudaMemcpyAsync of 1 GiB).
-// After each backward, hashes of its outputs (same hash = same bits); after a one-pass backward, how many elements of its
-// grad_x differ from the two passes' and by more than one ULP.
+// After each backward and fused forward, hashes of its outputs (same hash = same bits); after a one-pass backward, how
+// many elements of its grad_x differ from the two passes' and by more than one ULP; after a fused forward, how far its
+// mixes and y are from the two kernels'.
 // PyTorch eager of the same ops: bench/hc_torch_timing.py (eager and torch.compile).
 //
 // Measured (H100 80GB HBM3, driver 580.159.04, T=16384 H=4 D=4096 bf16; copy 2.99 TB/s; two runs agree to 0.5%):
@@ -31,6 +32,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -240,6 +242,23 @@ int main(int argc, char** argv) {
         std::printf("%s fused forward: y, mixes, pre hash %016llx, post, comb hash %016llx\n", op.c_str(),
                     (unsigned long long)device_hash({{y, T * D * 2}, {mixes, T * m * 4}, {pre, T * H * 4}}),
                     (unsigned long long)(p ? device_hash({{post, T * H * 4}, {comb, T * H * H * 4}}) : 0));
+        // Against the two kernels (mix_fwd, then the collapse), for a change that does not keep the bits: the mixes'
+        // largest difference relative to the largest mix, and y's elements that differ, by more than one ULP too.
+        std::vector<float> fused_mixes(T * m), two_mixes(T * m);
+        std::vector<uint16_t> fused_y(T * D);
+        CK(cudaMemcpy(fused_mixes.data(), mixes, T * m * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(fused_y.data(), y, T * D * 2, cudaMemcpyDeviceToHost));
+        fwd_mix(), fwd_collapse();
+        CK(cudaMemcpy(two_mixes.data(), mixes, T * m * 4, cudaMemcpyDeviceToHost));
+        double diff = 0, largest = 0;
+        for (int64_t i = 0; i < T * m; ++i) {
+          diff = std::max(diff, std::abs(double(fused_mixes[i]) - double(two_mixes[i])));
+          largest = std::max(largest, std::abs(double(two_mixes[i])));
+        }
+        const auto [differ, far] = bf16_ulp_diff(y, fused_y);
+        std::printf("%s fused forward against the two kernels: mixes %.3g of the largest (%.3g), y %lld differ, %lld "
+                    "by more than one ULP\n",
+                    op.c_str(), diff / largest, largest, (long long)differ, (long long)far);
       }
       fwd_mix();
       // hc_pre's reduce row holds its Sinkhorn backward too (mix_bwd_reduce's first blocks), its token row the gates.
