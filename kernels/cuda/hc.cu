@@ -1462,18 +1462,18 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 // the lower half's multiply): the same bits, x1.096 (reports/gpu/2026-11-29-h200-fused-fwd-upper-ahead-ab.log).
 // Ablations of the cross-warp sums (timing only): summed in fp32 without the conversions x1.015, none at all x1.06
 // (hc_head): they are not what a tile waits on (reports/gpu/2026-11-29-h200-fused-fwd-sums-ablations-ab.log).
-// Next: wgmma, for its asynchrony rather than its rate. On an H200 m64n16k16 (a 16-token tile as N) runs no faster
-// than mma.sync (13 cycles apart an SM at best: 6.5 per m16n8k16's work a sub-partition, against 6.2-6.6), m64n32k16
-// at 4.0 (bench/mma_sync_rate.cu; reports/gpu/2026-11-29-h200-mma-sync-wgmma-rate.log). But a warpgroup goes on while
-// its products run, so fn's (mix, term) rows as A from registers and the tile from shared memory as B could put the
-// multiply under the sums and the collapse, where the ablation above says ~75% of the copy rate is. Its register
-// budget, worked out but not written: fn's 24 mixes x 3 terms are 72 rows, one more than an m64 A holds, so a k-step
-// takes either two wgmma (128 rows, 44% of them padding, and fn's fragments 1.8x the registers) or one (hi and mid of
-// the 24 mixes and lo of 16, each thread holding a mix's hi and mid as its rows g and g + 8) plus an mma.sync for the
-// other 8 lo rows; the latter keeps fn at today's 72 registers a thread when all four warpgroups multiply, a quarter
-// of the slice each. Each k-step's D (8 registers) must be read back and added with round-to-nearest before the next
-// truncating step, so two in flight cost 16 more: the kernel is at 128 now and spills with any more (see the unchained
-// terms above).
+// Nor wgmma, for its asynchrony (m64n16k16 runs no faster than mma.sync: 13 cycles apart an SM at best; bench/
+// mma_sync_rate.cu, reports/gpu/2026-11-29-h200-mma-sync-wgmma-rate.log): written as planned, warpgroup wg taking
+// stream wg's slice, fn's (mix, term) rows as A from registers (hi and mid of the 24 mixes and lo of 16: 64 rows; the
+// other 8 lo rows by mma.sync), the ring stage as B through a 128-byte-swizzle descriptor, each k-step's D added with
+// round-to-nearest, fn at 72 registers a thread as here. Right (the mixes as far from the two-kernel path as this
+// kernel's), but hc_pre x1.60-1.64, x1.48-1.50 with the k-steps chained in the accumulators. The 16 wgmma of a tile
+// issue in ~500 cycles where a warp's mma.sync chains take ~2000, yet a group's wgmma waits for its slowest warp
+// (warps 6 and 7 waited ~1300 cycles a tile for the summing warps 4 and 5), which ties each group's multiply to the
+// role work of its last warp, and the groups' uneven partials (5 loads a group for a third of the mixes, 2 for the
+// rest), summed on the cluster's path, made the kernel x1.28 of 2 loads for every mix. Without any wgmma that layout
+// ran 0.2774 ms against 0.2136 for this one's no-MMA ablation (reports/gpu/2026-11-29-h200-fused-fwd-wgmma-ab.log,
+// the variants' patch beside it). wgmma would need warpgroups of one role each and sums of equal length.
 // A stage is one TMA box as it lands: x viewed as [stream][hidden / 64][token][64] (4-D tensor map, strides in any
 // order), box (64, 16 tokens, Dc / 64, H), 128-byte swizzle: the 16 tokens of a 64-element chunk are 16 lines of
 // 128 bytes, unit u of line r at u ^ (r % 8) (FusedSlice::at). ldmatrix then reads the multiply's A fragments (8 rows
