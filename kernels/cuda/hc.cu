@@ -1462,18 +1462,18 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 // the lower half's multiply): the same bits, x1.096 (reports/gpu/2026-11-29-h200-fused-fwd-upper-ahead-ab.log).
 // Ablations of the cross-warp sums (timing only): summed in fp32 without the conversions x1.015, none at all x1.06
 // (hc_head): they are not what a tile waits on (reports/gpu/2026-11-29-h200-fused-fwd-sums-ablations-ab.log).
-// Nor wgmma, for its asynchrony (m64n16k16 runs no faster than mma.sync: 13 cycles apart an SM at best; bench/
-// mma_sync_rate.cu, reports/gpu/2026-11-29-h200-mma-sync-wgmma-rate.log): written as planned, warpgroup wg taking
-// stream wg's slice, fn's (mix, term) rows as A from registers (hi and mid of the 24 mixes and lo of 16: 64 rows; the
-// other 8 lo rows by mma.sync), the ring stage as B through a 128-byte-swizzle descriptor, each k-step's D added with
+// Nor wgmma in place of the mma.sync chains (m64n16k16 runs no faster: 13 cycles apart an SM at best; bench/
+// mma_sync_rate.cu, reports/gpu/2026-11-29-h200-mma-sync-wgmma-rate.log): written, warpgroup wg taking stream wg's
+// slice, fn's (mix, term) rows as A from registers (hi and mid of the 24 mixes and lo of 16: 64 rows; the other 8 lo
+// rows by mma.sync), the ring stage as B through a 128-byte-swizzle descriptor, each k-step's D added with
 // round-to-nearest, fn at 72 registers a thread as here. Right (the mixes as far from the two-kernel path as this
-// kernel's), but hc_pre x1.60-1.64, x1.48-1.50 with the k-steps chained in the accumulators. The 16 wgmma of a tile
-// issue in ~500 cycles where a warp's mma.sync chains take ~2000, yet a group's wgmma waits for its slowest warp
-// (warps 6 and 7 waited ~1300 cycles a tile for the summing warps 4 and 5), which ties each group's multiply to the
-// role work of its last warp, and the groups' uneven partials (5 loads a group for a third of the mixes, 2 for the
-// rest), summed on the cluster's path, made the kernel x1.28 of 2 loads for every mix. Without any wgmma that layout
-// ran 0.2774 ms against 0.2136 for this one's no-MMA ablation (reports/gpu/2026-11-29-h200-fused-fwd-wgmma-ab.log,
-// the variants' patch beside it). wgmma would need warpgroups of one role each and sums of equal length.
+// kernel's), but hc_pre x1.60-1.64: the groups' uneven partial sums cost x1.28, and with even ones the multiply still
+// cost the kernel what the mma.sync chains do, 0.093 ms (wgmma with and without its products 0.3048 / 0.2114 ms, this
+// kernel with and without its MMAs 0.2908 / 0.1976), ~0.64 us a tile, about the tensor pipe's time for its products,
+// in which no role work runs (reports/gpu/2026-11-29-h200-fused-fwd-wgmma-ab.log, the variants' patch beside it).
+// So the multiply's issue rate and chains are not the cost; the pipe's time not overlapped is. Next: tile n + 1's
+// wgmma issued before tile n's sums, finisher and collapse, waited for after them (D live across the role work: 8
+// registers with the k-steps chained), its partials stored after, with sums of equal length.
 // A stage is one TMA box as it lands: x viewed as [stream][hidden / 64][token][64] (4-D tensor map, strides in any
 // order), box (64, 16 tokens, Dc / 64, H), 128-byte swizzle: the 16 tokens of a 64-element chunk are 16 lines of
 // 128 bytes, unit u of line r at u ^ (r % 8) (FusedSlice::at). ldmatrix then reads the multiply's A fragments (8 rows
