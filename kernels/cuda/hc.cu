@@ -1473,7 +1473,8 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 // in which no role work runs (reports/gpu/2026-11-29-h200-fused-fwd-wgmma-ab.log, the variants' patch beside it).
 // So the multiply's issue rate and chains are not the cost; the pipe's time not overlapped is. Next: tile n + 1's
 // wgmma issued before tile n's sums, finisher and collapse, waited for after them (D live across the role work: 8
-// registers with the k-steps chained), its partials stored after, with sums of equal length.
+// registers with the k-steps chained), its partials stored after, with sums of equal length: written and compiled
+// (128 registers, no spill, no wgmma serialized), not run: reports/gpu/2026-11-29-h200-fused-fwd-wgmma-pipelined.patch.
 // A stage is one TMA box as it lands: x viewed as [stream][hidden / 64][token][64] (4-D tensor map, strides in any
 // order), box (64, 16 tokens, Dc / 64, H), 128-byte swizzle: the 16 tokens of a 64-element chunk are 16 lines of
 // 128 bytes, unit u of line r at u ^ (r % 8) (FusedSlice::at). ldmatrix then reads the multiply's A fragments (8 rows
