@@ -1471,10 +1471,12 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 // cost the kernel what the mma.sync chains do, 0.093 ms (wgmma with and without its products 0.3048 / 0.2114 ms, this
 // kernel with and without its MMAs 0.2908 / 0.1976), ~0.64 us a tile, about the tensor pipe's time for its products,
 // in which no role work runs (reports/gpu/2026-11-29-h200-fused-fwd-wgmma-ab.log, the variants' patch beside it).
-// So the multiply's issue rate and chains are not the cost; the pipe's time not overlapped is. Next: tile n + 1's
-// wgmma issued before tile n's sums, finisher and collapse, waited for after them (D live across the role work: 8
-// registers with the k-steps chained), its partials stored after, with sums of equal length: written and compiled
-// (128 registers, no spill, no wgmma serialized), not run: reports/gpu/2026-11-29-h200-fused-fwd-wgmma-pipelined.patch.
+// So the multiply's issue rate and chains are not the cost; the pipe's time not overlapped is. Nor that wgmma issued
+// a tile ahead, under tile n's sums, finisher and collapse (D live across the role work: 8 registers with the k-steps
+// chained), with sums of equal length: right, but x1.35-1.37. The products then cost 0.041-0.064 ms, partly hidden;
+// the 8 lo rows that do not fit the 64 (reloaded from fn each tile, through L2: held, they spilled) cost 0.078-0.101,
+// and without them it was still x1.08 (reports/gpu/2026-11-29-h200-fused-fwd-wgmma-pipelined-ab.log, the patch beside
+// it).
 // A stage is one TMA box as it lands: x viewed as [stream][hidden / 64][token][64] (4-D tensor map, strides in any
 // order), box (64, 16 tokens, Dc / 64, H), 128-byte swizzle: the 16 tokens of a 64-element chunk are 16 lines of
 // 128 bytes, unit u of line r at u ^ (r % 8) (FusedSlice::at). ldmatrix then reads the multiply's A fragments (8 rows
