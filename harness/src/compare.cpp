@@ -229,7 +229,8 @@ template <typename V>
 }
 // max(a, b) of fp64 lanes that are non-negative or, in a, -1 (the maxima's start): at 64 bytes a signed compare of the
 // bit patterns, which orders such values as the values and keeps the ordering off the floating-point adders, which
-// the kernel's sums keep busy (AVX2 has no 64-bit integer max).
+// the kernel's sums keep busy (AVX2 has no 64-bit integer max). Of any finite lanes it is positive exactly where one
+// of them is, which is all the quotients' screen (see below) asks of it.
 template <typename D>
 [[gnu::always_inline]] inline D max_of_nonnegative(D a, D b) {
   if constexpr (sizeof(D) == 64) {
@@ -268,6 +269,60 @@ template <typename V>
   for (size_t j = 0; j < sizeof(V) / sizeof(v[0]); ++j) s += static_cast<int64_t>(v[j]);
   return s;
 }
+// Whether a lane of x, fp64 lanes viewed as int64, is positive: a double above +0.
+template <typename D>
+[[gnu::always_inline]] inline bool any_positive(D x) {
+#if defined(__x86_64__)
+  if constexpr (sizeof(D) == 64) {
+    using Q = long long __attribute__((vector_size(64)));
+    return __builtin_ia32_pcmpgtq512_mask((Q)x, Q{}, 0xFF) != 0;
+  }
+#endif
+  return lane_max(x) > 0;
+}
+
+// ---- relative errors summed as fractions --------------------------------------------------------------------------
+// Where one side is bf16 and neither fp64, the four quotients x / e a lane takes from a run of 32 elements (elements j,
+// j + 8, j + 16 and j + 24 of it for lane j) are summed as one fraction, ((x0 e1 + x1 e0) e2 e3 + (x2 e3 + x3 e2) e0
+// e1) / (e0 e1 e2 e3): one division for four quotients, where one each kept the fp64 divider (one VDIVPD zmm per 16
+// cycles on Intel cores) busy. One thread, bf16 against fp32, Emerald Rapids, AVX-512: 4.575 -> 4.355 and 4.62 -> 4.44
+// ms at 2^22, 72.95 -> 67.7 and 71.8 -> 71.05 ms at 2^26 (two A/Bs of 6 ABBA rounds of bench/cpu_compare_ab.sh, faster
+// in 5-6 of them; reports/cpu/2026-11-29-intel-xeon-ci-compare-quotient-fractions-ab.log); the AVX2 kernel ~9% slower
+// (6.1 -> 6.6 ms), the baseline one 17% faster. Probes: without the screen below 6% faster still, without the one
+// division no faster; fp32 pairs gained nothing (4.35-4.50 against 4.22-4.36 ms), so they keep a division per element.
+// Every product and sum rounds, and no term is negative: the fraction is within a dozen units in the last place of the
+// sum of the rounded quotients (the sums may differ in their last bits anyway: mean_rel's contract is 1e-12 relative).
+// Values of fp32 and bf16 have magnitudes in [2^-149, 2^128], so every product stays in [2^-596, 2^642], far from
+// fp64's underflow and overflow, and den is 0 only where an e is; there the e = 0 elements (whose relative error is not
+// defined) are taken out as 0 / 1. An fp64 side would overflow: it takes one division per element. The largest quotient
+// is found apart (it must be the correctly rounded one): each pair tells from its products whether one of its quotients
+// may exceed a bar a relative 2^-40 below the largest so far, x0 / e0 > T implying round(x0 e1) > round(bar round(e0
+// e1)), and only then are its run's quotients divided out (rarely: a new largest).
+template <typename D>
+struct QuotientSum {
+  D num, den;  // the quotients' sum is num / den
+  D excess;    // positive (as int64) in the lanes where a quotient may exceed T, the largest so far
+};
+// c - a * b, rounded once where the ISA has FMA: either way within the bar's margin (see above).
+template <typename D>
+[[gnu::always_inline]] inline D minus_product(D a, D b, D c) {
+#if defined(__x86_64__)
+  if constexpr (sizeof(D) == 64) return __builtin_ia32_vfnmaddpd512_mask(a, b, c, 0xFF, 4);  // 4: the current rounding
+#endif
+  return c - a * b;
+}
+template <typename D>
+[[gnu::always_inline]] inline QuotientSum<D> quotient_pair(D x0, D e0, D x1, D e1, D bar) {
+  const D x0e1 = x0 * e1, x1e0 = x1 * e0, den = e0 * e1;
+  return {x0e1 + x1e0, den, minus_product(bar, den, max_of_nonnegative(x0e1, x1e0))};
+}
+template <typename D>
+[[gnu::always_inline]] inline QuotientSum<D> quotient_quad(const QuotientSum<D>& p, const QuotientSum<D>& q) {
+  return {p.num * q.den + q.num * p.den, p.den * q.den, max_of_nonnegative(p.excess, q.excess)};
+}
+// The bar of the largest quotient T so far (negative: none yet, and every pair's excess is positive).
+inline double quotient_bar(double largest) { return largest * (1 - 0x1p-40); }
+
 // A sum of kLanes fp64 lanes, kParts vectors: element k of a block adds to lane k % kLanes, the lower elements first.
 // Eight lanes, so that the AVX-512 kernel adds one vector of its own to each sum per step: with four, two sums shared a
 // register, and a step's two dependent additions and their shuffles were what its loop waited for (bf16 against fp32
@@ -409,15 +464,19 @@ template <int n>
 // each, every round faster: reports/cpu/2026-11-29-intel-xeon-ci-compare-one-pass-ab.log. Every kernel sums in the
 // same order, so all ISAs give the same bits.
 template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
-[[gnu::always_inline]] inline bool scan_vector_block(const TA* act, const TE* exp, int64_t n, VectorSums<kBytes>& s,
-                                                     VectorArrays& b, uint32_t* err_counts) {
+[[gnu::always_inline]] inline bool scan_vector_block(const TA* act, const TE* exp, int64_t n, double largest_rel,
+                                                     VectorSums<kBytes>& s, VectorArrays& b, uint32_t* err_counts) {
   using V = Simd<kBytes>;
   using D = typename V::D;
   using L = typename V::L;
   using I = typename V::I;
   using U = typename V::U;
   constexpr bool kExpectedBits = !std::is_same_v<TE, double>;
-  constexpr bool kExactProducts = !std::is_same_v<TA, double> && !std::is_same_v<TE, double>;  // see add_product
+  // Neither side fp64: every product of two values is exact (see add_product). With a 16-bit side too, quotients sum
+  // as fractions (see "relative errors summed as fractions" for why only then).
+  constexpr bool kNoFp64 = !std::is_same_v<TA, double> && !std::is_same_v<TE, double>;
+  constexpr bool kFractions = kNoFp64 && (sizeof(TA) == 2 || sizeof(TE) == 2);
+  constexpr int kParts = LaneSum<kBytes>::kParts;
   U max_mag{}, max_expected{};
   I expected_zero{};
   // kWords elements from i: bits, distances, maxima, and a bf16 side's fp32 copy for `step`.
@@ -450,47 +509,105 @@ template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
   D max_e_abs{};
   L e_zero{};
   // kLanes elements from i, a vector of kDoubles at a time: the vector of each sum's lanes it adds to is known here.
-  const auto step = [&](int64_t i) {
+  // Where quotients sum as fractions, each vector's |err| and |e| go to x and e for them.
+  const auto step = [&](int64_t i, D (&x)[kParts], D (&e)[kParts]) {
     // The next block's wider sides, spread over the block's longest work: the hardware prefetcher alone falls behind
     // while the block is computed, and a burst of prefetches stalls it (see the note above scan_chunk_baseline). Past
     // the end of the tensor they are harmless: prefetches do not fault.
     if constexpr (sizeof(TA) != 2) prefetch_line(act, i, kBlock);
     if constexpr (sizeof(TE) != 2) prefetch_line(exp, i, kBlock);
 #pragma GCC unroll 8
-    for (int part = 0; part < LaneSum<kBytes>::kParts; ++part, i += V::kDoubles) {
+    for (int part = 0; part < kParts; ++part, i += V::kDoubles) {
       const D av = load_values<D>(act + i, b.act_f32 + i), ev = load_values<D>(exp + i, b.exp_f32 + i);
       const D diff = av - ev, err = vabs(diff), e_abs = vabs(ev);
-      const D rel = defined_quotient(err, e_abs);
+      const D rel = kFractions ? D{} : defined_quotient(err, e_abs);
       store(b.abs + i, err);
       s.sum_abs.add(part, err);
-      s.sum_rel.add(part, rel);
-      s.sum_aa.template add_product<kExactProducts>(part, av, av);
-      s.sum_ee.template add_product<kExactProducts>(part, ev, ev);
+      if constexpr (kFractions) {
+        x[part] = err, e[part] = e_abs;
+      } else {
+        s.sum_rel.add(part, rel);
+      }
+      s.sum_aa.template add_product<kNoFp64>(part, av, av);
+      s.sum_ee.template add_product<kNoFp64>(part, ev, ev);
       s.sum_dd.add(part, diff * diff);
-      s.sum_ae.template add_product<kExactProducts>(part, av, ev);
+      s.sum_ae.template add_product<kNoFp64>(part, av, ev);
       s.max_abs = max_of_nonnegative(s.max_abs, err);
-      s.max_rel = max_of_nonnegative(s.max_rel, rel);
+      if constexpr (!kFractions) s.max_rel = max_of_nonnegative(s.max_rel, rel);
       if constexpr (!kExpectedBits) {
         max_e_abs = vmax(max_e_abs, e_abs);
         e_zero -= (L)e_abs == 0;  // an integer compare (see defined_quotient)
       }
     }
   };
+  // The |err| and |e| of elements [i, i + 32) (see "relative errors summed as fractions"), from b.abs and the sides.
+  const auto run_values = [&](int64_t i, int q, int part, D& x, D& e) {
+    const int64_t j = i + q * kLanes + part * V::kDoubles;
+    x = load<D>(b.abs + j), e = vabs(load_values<D>(exp + j, b.exp_f32 + j));
+  };
+  D bar = D{} + quotient_bar(largest_rel);
+  // The fraction of a run with an e = 0, those elements taken out.
+  const auto fraction_without_zeros = [&](int64_t i, int part) [[gnu::cold]] {
+    D x[4], e[4];
+    for (int q = 0; q < 4; ++q) {
+      run_values(i, q, part, x[q], e[q]);
+      const L zero = (L)e[q] == 0;
+      x[q] = zero ? D{} : x[q], e[q] = zero ? D{} + 1 : e[q];
+    }
+    return quotient_quad(quotient_pair(x[0], e[0], x[1], e[1], bar), quotient_pair(x[2], e[2], x[3], e[3], bar));
+  };
+  // A run whose quotients may hold a new largest: all of them divided out, and the bar raised.
+  const auto offer_quotients = [&](int64_t i) [[gnu::cold]] {
+    for (int q = 0; q < 4; ++q)
+      for (int part = 0; part < kParts; ++part) {
+        D x, e;
+        run_values(i, q, part, x, e);
+        s.max_rel = max_of_nonnegative(s.max_rel, defined_quotient(x, e));
+      }
+    largest_rel = std::max(largest_rel, lane_max(s.max_rel));
+    bar = D{} + quotient_bar(largest_rel);
+  };
   // The histogram's loads and increments go to the scalar and memory pipes beside the vector work of this loop, rather
   // than to a loop of their own. A step counts the errors stored kLag elements before it: a load of part of a store
   // still in flight waits for the store to complete.
   constexpr int64_t kLag = 32;
   const int64_t lead = std::min(kLag, n);
+  // The sums of elements [i, i + kRun), and their errors' counts: a run of a fraction, else a vector of `first`'s,
+  // as before fractions.
+  constexpr int64_t kRun = kFractions ? 32 : V::kWords;
+  const auto run = [&](int64_t i) {
+    D x[2][kParts], e[2][kParts];
+    QuotientSum<D> pairs[2][kParts];
+#pragma GCC unroll 4
+    for (int q = 0; q < kRun / kLanes; ++q) {
+      const int64_t j = i + q * kLanes;
+      step(j, x[q % 2], e[q % 2]);
+      if constexpr (kCountErrors)
+        if (j >= kLag) count_errors<kLanes>(err_counts, b.abs + j - kLag);
+      if constexpr (kFractions)
+        if (q % 2 == 1)
+#pragma GCC unroll 2
+          for (int part = 0; part < kParts; ++part)
+            pairs[q / 2][part] = quotient_pair(x[0][part], e[0][part], x[1][part], e[1][part], bar);
+    }
+    if constexpr (kFractions) {
+      D excess;
+#pragma GCC unroll 2
+      for (int part = 0; part < kParts; ++part) {
+        const QuotientSum<D> quad = quotient_quad(pairs[0][part], pairs[1][part]);
+        s.sum_rel.add(part, quad.num / quad.den);  // NaN or Inf where an e is 0: see the end of the block
+        excess = part == 0 ? quad.excess : max_of_nonnegative(excess, quad.excess);
+      }
+      // An e = 0 gives its pair an excess of x e' >= 0, so such a run is offered only where its error is nonzero.
+      if (any_positive(excess)) [[unlikely]]
+        offer_quotients(i);
+    }
+  };
   if constexpr (kBytes == 64) {
     // One loop (see above): the finiteness check comes after the counts, which a block that fails it takes back.
-    for (int64_t i = 0; i < n; i += V::kWords) {
-      first(i);
-#pragma GCC unroll 2
-      for (int64_t j = i; j < i + V::kWords; j += kLanes) {
-        step(j);
-        if constexpr (kCountErrors)
-          if (j >= kLag) count_errors<kLanes>(err_counts, b.abs + j - kLag);
-      }
+    for (int64_t i = 0; i < n; i += kRun) {
+      for (int64_t j = i; j < i + kRun; j += V::kWords) first(j);
+      run(i);
     }
     if (!finite()) {
       if constexpr (kCountErrors)
@@ -500,11 +617,20 @@ template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
   } else {
     for (int64_t i = 0; i < n; i += V::kWords) first(i);
     if (!finite()) return false;
-#pragma GCC unroll 1
-    for (int64_t i = 0; i < lead; i += kLanes) step(i);
-    for (int64_t i = lead; i < n; i += kLanes) {
-      step(i);
-      if constexpr (kCountErrors) count_errors<kLanes>(err_counts, b.abs + i - kLag);
+    for (int64_t i = 0; i < n; i += kRun) run(i);
+  }
+  // A run with an e = 0 left its fraction NaN or Inf (nothing else can: every den of finite values is positive): the
+  // block's sum again, with those elements taken out.
+  if constexpr (kFractions) {
+    L magnitude{};
+    for (int part = 0; part < kParts; ++part) magnitude = vmax(magnitude, (L)vabs(s.sum_rel.parts[part]));
+    if (lane_max(magnitude) >= std::bit_cast<int64_t>(std::numeric_limits<double>::infinity())) [[unlikely]] {
+      s.sum_rel = {};
+      for (int64_t i = 0; i < n; i += 32)
+        for (int part = 0; part < kParts; ++part) {
+          const QuotientSum<D> quad = fraction_without_zeros(i, part);
+          s.sum_rel.add(part, quad.num / quad.den);
+        }
     }
   }
   if constexpr (kCountErrors) {
@@ -653,8 +779,9 @@ class ChunkScan {
           VectorArrays& b = scratch_.block;
           const TA* const a = act_ + pos;
           const TE* const e = exp_ + pos;
-          if (err_counts_ ? scan_vector_block<TA, TE, TU, true, kBytes>(a, e, whole, s, b, err_counts_)
-                          : scan_vector_block<TA, TE, TU, false, kBytes>(a, e, whole, s, b, nullptr))
+          const double largest_rel = t_.max_rel.value;
+          if (err_counts_ ? scan_vector_block<TA, TE, TU, true, kBytes>(a, e, whole, largest_rel, s, b, err_counts_)
+                          : scan_vector_block<TA, TE, TU, false, kBytes>(a, e, whole, largest_rel, s, b, nullptr))
             add_vector_block(pos, whole, s, b), done = whole;
         }
       }

@@ -538,6 +538,21 @@ TEST(CompareLarge, RelativeErrorSkipsZerosInAVectorBlock) {
   EXPECT_DOUBLE_EQ(m.mean_rel, 0.25 / 511);
 }
 
+// A relative error above the largest one before it by as little as fp32 values allow (x1 / e1 - x2 / e2 =
+// 1 / (e1 e2), a relative 2^-45.7) is the largest, though the vector kernel divides a quotient out only where its
+// products say it may beat the largest so far.
+TEST(CompareLarge, LargestRelativeErrorByTheNarrowestMargin) {
+  constexpr int64_t e1 = 8388593, x1 = 6990494, e2 = 8388587, x2 = 6990489;  // x1 = e2^-1 mod e1; below 2^24 all
+  ASSERT_EQ(x1 * e2 - x2 * e1, 1);
+  at::Tensor expected = at::ones({2048}, at::kFloat), actual = expected.clone();
+  expected[100] = static_cast<float>(e2), actual[100] = static_cast<float>(e2 + x2);
+  expected[1500] = static_cast<float>(e1), actual[1500] = static_cast<float>(e1 + x1);
+  const Metrics m = compare(actual, expected);
+  EXPECT_EQ(m.max_rel, static_cast<double>(x1) / static_cast<double>(e1));
+  EXPECT_EQ(m.worst_rel_index, std::vector<int64_t>{1500});
+  EXPECT_NEAR(m.mean_rel, (static_cast<double>(x1) / e1 + static_cast<double>(x2) / e2) / 2048, 1e-12 * m.mean_rel);
+}
+
 // Every field, the floating sums included, is the same on one thread and on several (compare.cpp is built with OpenMP,
 // so that at::set_num_threads takes effect there: it does not compile without).
 TEST(CompareLarge, IndependentOfTheThreadCount) {
