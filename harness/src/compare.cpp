@@ -572,8 +572,8 @@ template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
   // still in flight waits for the store to complete.
   constexpr int64_t kLag = 32;
   const int64_t lead = std::min(kLag, n);
-  // The sums of elements [i, i + kRun), and their errors' counts: a run of a fraction, else a vector of `first`'s,
-  // as before fractions.
+  // The sums of elements [i, i + kRun), and their errors' counts: a run of a fraction, else one of `first`'s vectors
+  // (the loop fp32 pairs ran before fractions).
   constexpr int64_t kRun = kFractions ? 32 : V::kWords;
   const auto run = [&](int64_t i) {
     D x[2][kParts], e[2][kParts];

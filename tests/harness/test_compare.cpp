@@ -526,31 +526,45 @@ TEST(CompareLarge, TiesGoToTheFirst) {
   EXPECT_EQ(m.max_abs, 0.5);
 }
 
-// The relative error is not defined where expected is 0, however large the error there.
+// The relative error is not defined where expected is 0, however large the error there: in fp32 pairs, and where
+// quotients sum as fractions (a bf16 side), whose run of 32 holding the 0 is summed again without it.
 TEST(CompareLarge, RelativeErrorSkipsZerosInAVectorBlock) {
   std::vector<double> expected(512, 2.0), actual(512, 2.0);
   expected[10] = 0, actual[10] = 5;  // the largest abs error, no relative error
   actual[400] = 2.5;                 // the largest relative error
-  const Metrics m = compare(vec(actual, at::kFloat), vec(expected, at::kFloat));
-  EXPECT_EQ(m.worst_abs_index, std::vector<int64_t>{10});
-  EXPECT_EQ(m.worst_rel_index, std::vector<int64_t>{400});
-  EXPECT_EQ(m.max_rel, 0.25);
-  EXPECT_DOUBLE_EQ(m.mean_rel, 0.25 / 511);
+  actual[20] = 2.25;                 // in the run of the 0
+  for (const at::ScalarType expected_dtype : {at::kFloat, at::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(expected_dtype));
+    const Metrics m = compare(vec(actual, at::kFloat), vec(expected, expected_dtype));
+    EXPECT_EQ(m.worst_abs_index, std::vector<int64_t>{10});
+    EXPECT_EQ(m.worst_rel_index, std::vector<int64_t>{400});
+    EXPECT_EQ(m.max_rel, 0.25);
+    EXPECT_DOUBLE_EQ(m.mean_rel, 0.375 / 511);
+  }
 }
 
-// A relative error above the largest one before it by as little as fp32 values allow (x1 / e1 - x2 / e2 =
-// 1 / (e1 e2), a relative 2^-45.7) is the largest, though the vector kernel divides a quotient out only where its
-// products say it may beat the largest so far.
+// A relative error above the largest one before it by as little as the dtypes allow (x1 / e1 - x2 / e2 = 1 / (e1 e2))
+// is the largest: fp32 pairs divide every element out; where a side is bf16 the vector kernel divides a quotient out
+// only where its products say it may beat the largest so far. e below 2^8 is exact in bf16, e + x below 2^24 in fp32.
 TEST(CompareLarge, LargestRelativeErrorByTheNarrowestMargin) {
-  constexpr int64_t e1 = 8388593, x1 = 6990494, e2 = 8388587, x2 = 6990489;  // x1 = e2^-1 mod e1; below 2^24 all
-  ASSERT_EQ(x1 * e2 - x2 * e1, 1);
-  at::Tensor expected = at::ones({2048}, at::kFloat), actual = expected.clone();
-  expected[100] = static_cast<float>(e2), actual[100] = static_cast<float>(e2 + x2);
-  expected[1500] = static_cast<float>(e1), actual[1500] = static_cast<float>(e1 + x1);
-  const Metrics m = compare(actual, expected);
-  EXPECT_EQ(m.max_rel, static_cast<double>(x1) / static_cast<double>(e1));
-  EXPECT_EQ(m.worst_rel_index, std::vector<int64_t>{1500});
-  EXPECT_NEAR(m.mean_rel, (static_cast<double>(x1) / e1 + static_cast<double>(x2) / e2) / 2048, 1e-12 * m.mean_rel);
+  struct Margin {
+    int64_t e1, x1, e2, x2;  // x1 = e2^-1 mod e1, shifted by multiples of e1 (x2 by as many of e2)
+    at::ScalarType expected_dtype;
+  };
+  for (const Margin& c : {Margin{8388593, 6990494, 8388587, 6990489, at::kFloat},  // a relative 2^-45.7
+                          Margin{251, 8388445, 241, 8054244, at::kBFloat16}}) {  // a relative 2^-30.9
+    SCOPED_TRACE(c10::toString(c.expected_dtype));
+    ASSERT_EQ(c.x1 * c.e2 - c.x2 * c.e1, 1);
+    at::Tensor expected = at::ones({2048}, at::kFloat), actual = expected.clone();
+    expected[100] = static_cast<float>(c.e2), actual[100] = static_cast<float>(c.e2 + c.x2);
+    expected[1500] = static_cast<float>(c.e1), actual[1500] = static_cast<float>(c.e1 + c.x1);
+    const Metrics m = compare(actual, expected.to(c.expected_dtype));
+    const double q1 = static_cast<double>(c.x1) / static_cast<double>(c.e1);
+    const double q2 = static_cast<double>(c.x2) / static_cast<double>(c.e2);
+    EXPECT_EQ(m.max_rel, q1);
+    EXPECT_EQ(m.worst_rel_index, std::vector<int64_t>{1500});
+    EXPECT_NEAR(m.mean_rel, (q1 + q2) / 2048, 1e-12 * m.mean_rel);
+  }
 }
 
 // Every field, the floating sums included, is the same on one thread and on several (compare.cpp is built with OpenMP,
