@@ -287,9 +287,10 @@ template <typename D>
 // e1) / (e0 e1 e2 e3): one division for four quotients, where one each kept the fp64 divider (one VDIVPD zmm per 16
 // cycles on Intel cores) busy. One thread, bf16 against fp32, Emerald Rapids, AVX-512: 4.575 -> 4.355 and 4.62 -> 4.44
 // ms at 2^22, 72.95 -> 67.7 and 71.8 -> 71.05 ms at 2^26 (two A/Bs of 6 ABBA rounds of bench/cpu_compare_ab.sh, faster
-// in 5-6 of them; reports/cpu/2026-11-29-intel-xeon-ci-compare-quotient-fractions-ab.log); the AVX2 kernel ~9% slower
-// (6.1 -> 6.6 ms), the baseline one 17% faster. Probes: without the screen below 6% faster still, without the one
-// division no faster; fp32 pairs gained nothing (4.35-4.50 against 4.22-4.36 ms), so they keep a division per element.
+// in 5-6 of them; reports/cpu/2026-11-29-intel-xeon-ci-compare-quotient-fractions-ab.log); the baseline kernel 17%
+// faster, the AVX2 one ~9% slower (6.1 -> 6.6 ms) until its fractions got a loop of their own (see take_fractions).
+// Probes: without the screen below 6% faster still, without the one division no faster; fp32 pairs gained nothing
+// (4.35-4.50 against 4.22-4.36 ms), so they keep a division per element.
 // Every product and sum rounds, and no term is negative: the fraction is within a dozen units in the last place of the
 // sum of the rounded quotients (the sums may differ in their last bits anyway: mean_rel's contract is 1e-12 relative).
 // Values of fp32 and bf16 have magnitudes in [2^-149, 2^128], so every product stays in [2^-596, 2^642], far from
@@ -347,6 +348,13 @@ struct LaneSum {
     add(part, x * y);
   }
   double lane(int j) const { return parts[j / Simd<kBytes>::kDoubles][j % Simd<kBytes>::kDoubles]; }
+  // Whether a lane is NaN or Inf. Lane by lane: the same test on vectors (a maximum of int64 lanes, which SSE2 lacks)
+  // took the baseline kernel 46 -> 60 ms (bf16 against fp32 at 2^22), though it runs once a block; why was not found.
+  bool any_non_finite() const {
+    for (int j = 0; j < kLanes; ++j)
+      if (!std::isfinite(lane(j))) return true;
+    return false;
+  }
 };
 
 // The kernel takes TU in {fp32, bf16} with each side stored as TU, fp32 or fp64; anything else is scalar.
@@ -355,6 +363,14 @@ constexpr bool kVectorSide =
     std::is_same_v<T, TU> ? !std::is_same_v<TU, c10::Half> && !std::is_same_v<TU, double>
                           : (std::is_same_v<TU, float> || std::is_same_v<TU, c10::BFloat16>) &&
                                 (std::is_same_v<T, float> || std::is_same_v<T, double>);
+
+// The magnitude bits of c10::BFloat16(float)'s round to nearest even of fp32 magnitude bits m: a finite value's carry
+// never reaches the sign bit, and a NaN lands at or above Inf's bits, which is all the kernel needs to hand its block
+// to the scalar path. Monotonic: the rounded largest is the largest rounded.
+template <typename U>
+[[gnu::always_inline]] inline U bf16_magnitude(U m) {
+  return (m + 0x7FFFu + ((m << 15) >> 31)) >> 16;
+}
 
 // kWords elements of one side rounded to TU as static_cast<TU> rounds them: the sign and magnitude bits.
 template <typename U>
@@ -384,9 +400,7 @@ template <typename T, typename TU, int kBytes>
     }
     const U m = f32 & 0x7FFFFFFFu;
     if constexpr (std::is_same_v<TU, float>) return {f32, m, m};
-    // c10::BFloat16(float)'s round to nearest even, on the magnitude: a finite value's carry never reaches the sign
-    // bit, and a NaN lands at or above Inf's bits, which is all the kernel needs to hand its block to the scalar path.
-    return {f32, (m + 0x7FFFu + ((m << 15) >> 31)) >> 16, m};
+    return {f32, bf16_magnitude(m), m};
   }
 }
 
@@ -484,10 +498,13 @@ template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
     const UlpBits<U> a = load_bits<TA, TU, kBytes>(act + i), e = load_bits<TE, TU, kBytes>(exp + i);
     if constexpr (std::is_same_v<TA, c10::BFloat16>) store(b.act_f32 + i, a.sign);
     if constexpr (std::is_same_v<TE, c10::BFloat16>) store(b.exp_f32 + i, e.sign);
-    max_mag = vmax(max_mag, vmax(a.mag, e.mag));
+    // Only a side that may round to Inf in TU needs its magnitudes' maximum (see `finite`).
+    if constexpr (sizeof(TA) > sizeof(TU)) max_mag = vmax(max_mag, a.mag);
     if constexpr (kExpectedBits) {
       max_expected = vmax(max_expected, e.stored);
-      expected_zero -= e.stored == 0;
+      if constexpr (!kFractions) expected_zero -= e.stored == 0;  // else counted where a fraction shows one
+    } else {
+      max_mag = vmax(max_mag, e.mag);
     }
     // The ordered-integer distance without forming ordered integers: magnitudes subtract on one side of zero and
     // add across it (+0 and -0 have magnitude 0).
@@ -505,7 +522,17 @@ template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
       s.ulp_high += ulp >> 16;
     }
   };
-  const auto finite = [&] { return lane_max(max_mag) < UlpFormat<TU>::kInfBits; };
+  // Whether every element is finite in TU. Where a side is stored as TU it is where its values are, and a NaN or Inf
+  // on either side makes that element's |err|, and so sum_abs, NaN or Inf (no |err| is negative: none cancels): one
+  // test a block, where the maxima of both sides' magnitudes took two instructions each vector of `first` (measured
+  // with the deferred division: see take_fractions). A wider side may round to Inf in TU: its magnitudes' maximum, the
+  // expected side's from max_expected.
+  const auto finite = [&] {
+    uint32_t expected = lane_max(max_expected);
+    if constexpr (sizeof(TU) == 2) expected = bf16_magnitude(expected);
+    return lane_max(max_mag) < UlpFormat<TU>::kInfBits && expected < UlpFormat<TU>::kInfBits &&
+           !s.sum_abs.any_non_finite();
+  };
   D max_e_abs{};
   L e_zero{};
   // kLanes elements from i, a vector of kDoubles at a time: the vector of each sum's lanes it adds to is known here.
@@ -546,13 +573,17 @@ template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
     x = load<D>(b.abs + j), e = vabs(load_values<D>(exp + j, b.exp_f32 + j));
   };
   D bar = D{} + quotient_bar(largest_rel);
-  // The fraction of a run with an e = 0, those elements taken out.
-  const auto fraction_without_zeros = [&](int64_t i, int part) [[gnu::cold]] {
+  // The fraction of the run at i in the lanes of `part`, from b.abs and the expected side; with `zeros`, the run's
+  // e = 0 elements taken out (as 0 / 1) and counted in its lanes.
+  const auto stored_fraction = [&](int64_t i, int part, L* zeros) {
     D x[4], e[4];
     for (int q = 0; q < 4; ++q) {
       run_values(i, q, part, x[q], e[q]);
-      const L zero = (L)e[q] == 0;
-      x[q] = zero ? D{} : x[q], e[q] = zero ? D{} + 1 : e[q];
+      if (zeros) {
+        const L zero = (L)e[q] == 0;
+        x[q] = zero ? D{} : x[q], e[q] = zero ? D{} + 1 : e[q];
+        *zeros -= zero;
+      }
     }
     return quotient_quad(quotient_pair(x[0], e[0], x[1], e[1], bar), quotient_pair(x[2], e[2], x[3], e[3], bar));
   };
@@ -572,6 +603,32 @@ template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
   // still in flight waits for the store to complete.
   constexpr int64_t kLag = 32;
   const int64_t lead = std::min(kLag, n);
+  // A run's fractions, one a part: each divided out a run later, where its inputs are long ready (divided as they were
+  // formed, the division held back the loop's retirement: ~22% of a profile's samples at the instruction after it).
+  // With `finite`'s test from sum_abs and the zeros counted only where a fraction shows one, one thread, bf16 against
+  // fp32: 4.50 -> 4.195 ms at 2^22 (faster in 6 of 6 ABBA rounds), 69.55 -> 68.95 ms at 2^26 (4 of 6); minima of 30
+  // alternating repetitions 4.32 -> 4.07 and 66.9 -> 63.6 ms; fp32 pairs unchanged within the noise; llvm-mca's model
+  // of the AVX-512 loop 63.2 -> 54.2 cycles a run (Emerald Rapids;
+  // reports/cpu/2026-11-29-intel-xeon-ci-compare-deferred-division-ab.log). The run is offered where its screen
+  // fires. An e = 0 gives its pair an excess of x e' >= 0, so such a run is offered only where its error is nonzero.
+  QuotientSum<D> pending[kParts];
+  for (QuotientSum<D>& p : pending) p.num = D{}, p.den = D{} + 1;
+  const auto take_fractions = [&](int64_t i, const QuotientSum<D> (&quads)[kParts]) {
+    D excess;
+#pragma GCC unroll 2
+    for (int part = 0; part < kParts; ++part) {
+      s.sum_rel.add(part, pending[part].num / pending[part].den);  // NaN or Inf where an e is 0: see below
+      pending[part] = quads[part];
+      excess = part == 0 ? quads[part].excess : max_of_nonnegative(excess, quads[part].excess);
+    }
+    if (any_positive(excess)) [[unlikely]]
+      offer_quotients(i);
+  };
+  // At 64 bytes the fractions are formed from the registers of a run's steps. AVX2's sixteen registers cannot hold
+  // them beside the sums (the kernel was ~9% slower with them: spills), so there they come from b.abs in a loop of
+  // their own: the AVX2 kernel 7.56 -> 6.81 ms with the rest of the change (bf16 against fp32 at 2^22, medians of 4
+  // ABBA rounds), the baseline one unchanged (46-48 ms).
+  constexpr bool kFractionsInRun = kFractions && kBytes == 64;
   // The sums of elements [i, i + kRun), and their errors' counts: a run of a fraction, else one of `first`'s vectors
   // (the loop fp32 pairs ran before fractions).
   constexpr int64_t kRun = kFractions ? 32 : V::kWords;
@@ -584,54 +641,59 @@ template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
       step(j, x[q % 2], e[q % 2]);
       if constexpr (kCountErrors)
         if (j >= kLag) count_errors<kLanes>(err_counts, b.abs + j - kLag);
-      if constexpr (kFractions)
+      if constexpr (kFractionsInRun)
         if (q % 2 == 1)
 #pragma GCC unroll 2
           for (int part = 0; part < kParts; ++part)
             pairs[q / 2][part] = quotient_pair(x[0][part], e[0][part], x[1][part], e[1][part], bar);
     }
-    if constexpr (kFractions) {
-      D excess;
-#pragma GCC unroll 2
-      for (int part = 0; part < kParts; ++part) {
-        const QuotientSum<D> quad = quotient_quad(pairs[0][part], pairs[1][part]);
-        s.sum_rel.add(part, quad.num / quad.den);  // NaN or Inf where an e is 0: see the end of the block
-        excess = part == 0 ? quad.excess : max_of_nonnegative(excess, quad.excess);
-      }
-      // An e = 0 gives its pair an excess of x e' >= 0, so such a run is offered only where its error is nonzero.
-      if (any_positive(excess)) [[unlikely]]
-        offer_quotients(i);
+    if constexpr (kFractionsInRun) {
+      QuotientSum<D> quads[kParts];
+      for (int part = 0; part < kParts; ++part) quads[part] = quotient_quad(pairs[0][part], pairs[1][part]);
+      take_fractions(i, quads);
     }
   };
   if constexpr (kBytes == 64) {
-    // One loop (see above): the finiteness check comes after the counts, which a block that fails it takes back.
-    for (int64_t i = 0; i < n; i += kRun) {
+    for (int64_t i = 0; i < n; i += kRun) {  // one loop (see above)
       for (int64_t j = i; j < i + kRun; j += V::kWords) first(j);
       run(i);
     }
-    if (!finite()) {
-      if constexpr (kCountErrors)
-        for (int64_t j = 0; j < n - lead; j += kLanes) count_errors<kLanes>(err_counts, b.abs + j, ~0u);
-      return false;
-    }
   } else {
     for (int64_t i = 0; i < n; i += V::kWords) first(i);
-    if (!finite()) return false;
     for (int64_t i = 0; i < n; i += kRun) run(i);
+    if constexpr (kFractions)
+      for (int64_t i = 0; i < n; i += 32) {
+        QuotientSum<D> quads[kParts];
+        for (int part = 0; part < kParts; ++part) quads[part] = stored_fraction(i, part, nullptr);
+        take_fractions(i, quads);
+      }
+  }
+  if constexpr (kFractions) {
+    const QuotientSum<D> none[kParts]{};
+    take_fractions(0, none);  // the last run's; none's excess is 0, which offers nothing
+  }
+  // The finiteness check needs the sums, so it comes after the counts, which a block that fails it takes back.
+  if (!finite()) {
+    if constexpr (kCountErrors)
+      for (int64_t j = 0; j < n - lead; j += kLanes) count_errors<kLanes>(err_counts, b.abs + j, ~0u);
+    return false;
   }
   // A run with an e = 0 left its fraction NaN or Inf (nothing else can: every den of finite values is positive): the
-  // block's sum again, with those elements taken out.
+  // block's sum again, with those elements taken out, and counted.
+  int64_t expected_zeros = 0;
   if constexpr (kFractions) {
-    L magnitude{};
-    for (int part = 0; part < kParts; ++part) magnitude = vmax(magnitude, (L)vabs(s.sum_rel.parts[part]));
-    if (lane_max(magnitude) >= std::bit_cast<int64_t>(std::numeric_limits<double>::infinity())) [[unlikely]] {
+    if (s.sum_rel.any_non_finite()) [[unlikely]] {
       s.sum_rel = {};
+      L zeros{};
       for (int64_t i = 0; i < n; i += 32)
         for (int part = 0; part < kParts; ++part) {
-          const QuotientSum<D> quad = fraction_without_zeros(i, part);
+          const QuotientSum<D> quad = stored_fraction(i, part, &zeros);
           s.sum_rel.add(part, quad.num / quad.den);
         }
+      expected_zeros = lane_sum(zeros);
     }
+  } else if constexpr (kExpectedBits) {
+    expected_zeros = lane_sum(expected_zero);
   }
   if constexpr (kCountErrors) {
 #pragma GCC unroll 1
@@ -639,7 +701,7 @@ template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
   }
   if constexpr (kExpectedBits) {
     s.max_abs_expected = std::bit_cast<float>(lane_max(max_expected));
-    s.rel_defined = n - lane_sum(expected_zero);
+    s.rel_defined = n - expected_zeros;
   } else {
     s.max_abs_expected = lane_max(max_e_abs);
     s.rel_defined = n - lane_sum(e_zero);

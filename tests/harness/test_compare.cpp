@@ -503,15 +503,20 @@ TEST(CompareLarge, EdgeDistancesInFullBlocks) {
   }
 }
 
-// A finite fp32 that rounds to Inf in bf16 is an Inf in ULP terms, wherever its block is scanned.
+// A finite fp32 that rounds to Inf in bf16 is an Inf in ULP terms, wherever its block is scanned, on either side.
 TEST(CompareLarge, Fp32RoundingToBf16InfIsAnInfMismatch) {
-  std::vector<double> expected(512, 1.0);
-  expected[300] = 3.4e38;  // rounds to bf16 Inf
-  const Metrics m = compare(vec(std::vector<double>(512, 1.0), at::kBFloat16), vec(expected, at::kFloat));
+  std::vector<double> wide(512, 1.0);
+  wide[300] = 3.4e38;  // rounds to bf16 Inf
+  const at::Tensor ones = vec(std::vector<double>(512, 1.0), at::kBFloat16);
+  const Metrics m = compare(ones, vec(wide, at::kFloat));
   EXPECT_EQ(m.inf_mismatch, 1);
   EXPECT_EQ(m.bitwise_diff, 1);
   EXPECT_EQ(m.max_abs, 0);
   EXPECT_EQ(m.max_abs_expected_value, static_cast<double>(static_cast<float>(3.4e38)));
+  const Metrics swapped = compare(vec(wide, at::kFloat), ones);
+  EXPECT_EQ(swapped.inf_mismatch, 1);
+  EXPECT_EQ(swapped.bitwise_diff, 1);
+  EXPECT_EQ(swapped.max_abs, 0);
 }
 
 // Equal maxima in different chunks and blocks: the first is reported, whichever thread scanned it.
