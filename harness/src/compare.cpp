@@ -180,6 +180,10 @@ template <typename T, int kBytes>
 using Vec = typename VectorOf<T, kBytes>::type;
 constexpr int kLanes = 8;
 
+// A kernel's vector width in bytes.
+template <CpuKernel kKernel>
+constexpr int kBytesOf = kKernel == CpuKernel::avx512 ? 64 : 32;
+
 // The vector types of one width: kDoubles fp64 lanes, kWords 32-bit ones.
 template <int kBytes>
 struct Simd {
@@ -304,6 +308,19 @@ struct QuotientSum {
   D num, den;  // the quotients' sum is num / den
   D excess;    // positive (as int64) in the lanes where a quotient may exceed T, the largest so far
 };
+// a * b + c rounded once, the same bits in every kernel: an FMA instruction where the kernel's ISA has one, else libm's
+// fma lane by lane. (At 32 bytes the kernel must say which it is: GCC scalarised a per-lane fma in the AVX2 kernel's
+// loop, 6.07 -> 7.76 ms; reports/cpu/2026-11-30-intel-xeon-ci-compare-loop-ablations.log.)
+template <CpuKernel kKernel, typename D>
+[[gnu::always_inline]] inline D fused_multiply_add(D a, D b, D c) {
+#if defined(__x86_64__)
+  if constexpr (sizeof(D) == 64) return __builtin_ia32_vfmaddpd512_mask(a, b, c, 0xFF, 4);  // 4: the current rounding
+  if constexpr (sizeof(D) == 32 && kKernel == CpuKernel::avx2) return __builtin_ia32_vfmaddpd256(a, b, c);
+#endif
+  return [&]<size_t... J>(std::index_sequence<J...>) {
+    return D{__builtin_fma(a[J], b[J], c[J])...};
+  }(std::make_index_sequence<sizeof(D) / sizeof(double)>{});
+}
 // c - a * b, rounded once where the ISA has FMA: either way within the bar's margin (see above).
 template <typename D>
 [[gnu::always_inline]] inline D minus_product(D a, D b, D c) {
@@ -317,9 +334,10 @@ template <typename D>
   const D x0e1 = x0 * e1, x1e0 = x1 * e0, den = e0 * e1;
   return {x0e1 + x1e0, den, minus_product(bar, den, max_of_nonnegative(x0e1, x1e0))};
 }
-template <typename D>
+template <CpuKernel kKernel, typename D>
 [[gnu::always_inline]] inline QuotientSum<D> quotient_quad(const QuotientSum<D>& p, const QuotientSum<D>& q) {
-  return {p.num * q.den + q.num * p.den, p.den * q.den, max_of_nonnegative(p.excess, q.excess)};
+  return {fused_multiply_add<kKernel>(p.num, q.den, q.num * p.den), p.den * q.den,
+          max_of_nonnegative(p.excess, q.excess)};
 }
 // The bar of the largest quotient T so far (negative: none yet, and every pair's excess is positive).
 inline double quotient_bar(double largest) { return largest * (1 - 0x1p-40); }
@@ -339,13 +357,13 @@ struct LaneSum {
   // -ffp-contract=off, so that no other product and sum fuse.)
   template <bool kExact>
   [[gnu::always_inline]] void add_product(int part, D x, D y) {
-#if defined(__x86_64__)
-    if constexpr (kExact && kBytes == 64) {
-      parts[part] = __builtin_ia32_vfmaddpd512_mask(x, y, parts[part], 0xFF, 4);  // 4: the current rounding
-      return;
-    }
-#endif
+    if constexpr (kExact && kBytes == 64) return add_fused<CpuKernel::avx512>(part, x, y);
     add(part, x * y);
+  }
+  // x * y rounded with the sum, not apart.
+  template <CpuKernel kKernel>
+  [[gnu::always_inline]] void add_fused(int part, D x, D y) {
+    parts[part] = fused_multiply_add<kKernel>(x, y, parts[part]);
   }
   double lane(int j) const { return parts[j / Simd<kBytes>::kDoubles][j % Simd<kBytes>::kDoubles]; }
   // Whether a lane is NaN or Inf. Lane by lane: the same test on vectors (a maximum of int64 lanes, which SSE2 lacks)
@@ -477,9 +495,22 @@ template <int n>
 // and 84.8 -> 73.7 ms (fp32 pairs 4.98 -> 4.18, 78.9 -> 66.2). Emerald Rapids, 6 ABBA rounds of bench/cpu_compare_ab.sh
 // each, every round faster: reports/cpu/2026-11-29-intel-xeon-ci-compare-one-pass-ab.log. Every kernel sums in the
 // same order, so all ISAs give the same bits.
-template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
+// Where the AVX-512 loop's time goes (one thread, bf16 against fp32 at 2^22, minima of 60 alternating repetitions,
+// Emerald Rapids; timing-only ablations): 4.04 ms as is, 3.70 without the quotients' screen, 3.54 without their
+// fractions too, 3.79 without the ULP distances, 3.83 without the four sums of products, 3.99 without the |err|
+// counts: no one piece holds it. Tried: a run's distances in 16-bit lanes, e rounded by vcvtne2ps2bf16 (AVX512_BF16,
+// 6 instructions fewer a run): 3.98 ms, not worth a fourth kernel; the screen tested once a block: within the noise
+// (reports/cpu/2026-11-30-intel-xeon-ci-compare-loop-ablations.log, the patches beside it). Kept: d^2 summed fused
+// (add_fused, in every kernel and the scalar path) and the quads' numerators formed fused: one thread, minima of 80
+// alternating repetitions, bf16 against fp32 4.07 -> 3.88 ms at 2^22 and 62.5 -> 60.9 ms at 2^26, fp32 pairs (no
+// fractions) unchanged, the AVX2 kernel 5.99 -> 5.90 ms, the baseline one 46 -> 54.5 ms (libm's fma a lane); the
+// medians of that VM's noisy hours agree in direction only
+// (reports/cpu/2026-11-30-intel-xeon-ci-compare-fused-dd-ab.log).
+template <typename TA, typename TE, typename TU, bool kCountErrors, CpuKernel kKernel>
 [[gnu::always_inline]] inline bool scan_vector_block(const TA* act, const TE* exp, int64_t n, double largest_rel,
-                                                     VectorSums<kBytes>& s, VectorArrays& b, uint32_t* err_counts) {
+                                                     VectorSums<kBytesOf<kKernel>>& s, VectorArrays& b,
+                                                     uint32_t* err_counts) {
+  constexpr int kBytes = kBytesOf<kKernel>;
   using V = Simd<kBytes>;
   using D = typename V::D;
   using L = typename V::L;
@@ -557,7 +588,7 @@ template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
       }
       s.sum_aa.template add_product<kNoFp64>(part, av, av);
       s.sum_ee.template add_product<kNoFp64>(part, ev, ev);
-      s.sum_dd.add(part, diff * diff);
+      s.sum_dd.template add_fused<kKernel>(part, diff, diff);
       s.sum_ae.template add_product<kNoFp64>(part, av, ev);
       s.max_abs = max_of_nonnegative(s.max_abs, err);
       if constexpr (!kFractions) s.max_rel = max_of_nonnegative(s.max_rel, rel);
@@ -585,7 +616,8 @@ template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
         *zeros -= zero;
       }
     }
-    return quotient_quad(quotient_pair(x[0], e[0], x[1], e[1], bar), quotient_pair(x[2], e[2], x[3], e[3], bar));
+    return quotient_quad<kKernel>(quotient_pair(x[0], e[0], x[1], e[1], bar),
+                                  quotient_pair(x[2], e[2], x[3], e[3], bar));
   };
   // A run whose quotients may hold a new largest: all of them divided out, and the bar raised.
   const auto offer_quotients = [&](int64_t i) [[gnu::cold]] {
@@ -649,7 +681,7 @@ template <typename TA, typename TE, typename TU, bool kCountErrors, int kBytes>
     }
     if constexpr (kFractionsInRun) {
       QuotientSum<D> quads[kParts];
-      for (int part = 0; part < kParts; ++part) quads[part] = quotient_quad(pairs[0][part], pairs[1][part]);
+      for (int part = 0; part < kParts; ++part) quads[part] = quotient_quad<kKernel>(pairs[0][part], pairs[1][part]);
       take_fractions(i, quads);
     }
   };
@@ -849,9 +881,11 @@ struct Max {
   }
 };
 
-// One chunk of actual (TA) against expected (TE), ULP-counted in TU, with vectors of kBytes bytes.
-template <typename TA, typename TE, typename TU, int kBytes>
+// One chunk of actual (TA) against expected (TE), ULP-counted in TU, by the vector kernel kKernel.
+template <typename TA, typename TE, typename TU, CpuKernel kKernel>
 class ChunkScan {
+  static constexpr int kBytes = kBytesOf<kKernel>;
+
  public:
   // Exactly one of err_counts (Scratch::start_counting) and comparable_errors: where the |err| percentiles come from.
   ChunkScan(const TA* act, const TE* exp, const Grid& g, const CompareOptions& opts, Partial& p, Scratch& scratch,
@@ -873,8 +907,8 @@ class ChunkScan {
           const TA* const a = act_ + pos;
           const TE* const e = exp_ + pos;
           const double largest_rel = t_.max_rel.value;
-          if (err_counts_ ? scan_vector_block<TA, TE, TU, true, kBytes>(a, e, whole, largest_rel, s, b, err_counts_)
-                          : scan_vector_block<TA, TE, TU, false, kBytes>(a, e, whole, largest_rel, s, b, nullptr))
+          if (err_counts_ ? scan_vector_block<TA, TE, TU, true, kKernel>(a, e, whole, largest_rel, s, b, err_counts_)
+                          : scan_vector_block<TA, TE, TU, false, kKernel>(a, e, whole, largest_rel, s, b, nullptr))
             add_vector_block(pos, whole, s, b), done = whole;
         }
       }
@@ -976,7 +1010,7 @@ class ChunkScan {
         if (std::fabs(el.a) < kInfinity && e_abs < kInfinity) {
           t.sum_aa[0] += el.a * el.a;
           t.sum_ee[0] += el.e * el.e;
-          t.sum_dd[0] += (el.a - el.e) * (el.a - el.e);
+          t.sum_dd[0] = std::fma(el.a - el.e, el.a - el.e, t.sum_dd[0]);  // fused, as the vector kernels sum
           t.sum_ae[0] += el.a * el.e;
           if (el.e != 0) {
             const double rel = el.abs_err / e_abs;
@@ -1070,8 +1104,9 @@ class ChunkScan {
 // The kernels of each ISA: one ChunkScan compiled for it. At 32 bytes the vector code is written for AVX2 registers;
 // the baseline kernel runs it on SSE2 halves (x86-64) or the target's own vectors. At 64 bytes, for AVX-512, each
 // instruction that is not a step of a sum takes twice the elements; that ISA has FMA, which the file's
-// -ffp-contract=off keeps out of a*a + s (a contracted one rounds differently, and every kernel must give the same
-// bits). flatten: what a kernel calls is compiled into it, for its ISA. One thread, bf16 against fp32 at 2^22 (Zen 4;
+// -ffp-contract=off keeps out of every product and sum but those fused by name, in every kernel alike
+// (fused_multiply_add): a contraction GCC chose would round differently, and every kernel must give the same bits.
+// flatten: what a kernel calls is compiled into it, for its ISA. One thread, bf16 against fp32 at 2^22 (Zen 4;
 // BM_Compare and BM_CompareKernel): AVX-512 3.9-4.1 ms, AVX2 4.45, baseline 48: SSE2's sixteen registers hold a
 // third of the six sums' 48 lanes and GCC spills the rest (x86-64 without AVX2 predates 2013). On an H100 host's
 // Intel CPU AVX-512 is the fastest too, also against the 32-byte code built for x86-64-v4 (EVEX ymm, no zmm clock
@@ -1095,18 +1130,18 @@ class ChunkScan {
 // loop-ab.log).
 template <typename TA, typename TE, typename TU, typename... Args>
 [[gnu::flatten]] void scan_chunk_baseline(const TA* act, const TE* exp, int64_t begin, int64_t end, Args&... args) {
-  ChunkScan<TA, TE, TU, 32>(act, exp, args...).scan(begin, end);
+  ChunkScan<TA, TE, TU, CpuKernel::baseline>(act, exp, args...).scan(begin, end);
 }
 #if defined(__x86_64__)
 template <typename TA, typename TE, typename TU, typename... Args>
-[[gnu::target("avx2"), gnu::flatten]] void scan_chunk_avx2(const TA* act, const TE* exp, int64_t begin, int64_t end,
-                                                           Args&... args) {
-  ChunkScan<TA, TE, TU, 32>(act, exp, args...).scan(begin, end);
+[[gnu::target("avx2,fma"), gnu::flatten]] void scan_chunk_avx2(const TA* act, const TE* exp, int64_t begin,
+                                                               int64_t end, Args&... args) {
+  ChunkScan<TA, TE, TU, CpuKernel::avx2>(act, exp, args...).scan(begin, end);
 }
 template <typename TA, typename TE, typename TU, typename... Args>
 [[gnu::target("arch=x86-64-v4"), gnu::flatten]] void scan_chunk_avx512(const TA* act, const TE* exp, int64_t begin,
                                                                        int64_t end, Args&... args) {
-  ChunkScan<TA, TE, TU, 64>(act, exp, args...).scan(begin, end);
+  ChunkScan<TA, TE, TU, CpuKernel::avx512>(act, exp, args...).scan(begin, end);
 }
 #endif
 
@@ -1382,7 +1417,7 @@ std::vector<CpuKernel> cpu_kernels() {
 #if defined(__x86_64__)
   __builtin_cpu_init();  // callers may be static initialisers, which can run before libgcc's own
   if (__builtin_cpu_supports("x86-64-v4")) kernels.push_back(CpuKernel::avx512);
-  if (__builtin_cpu_supports("avx2")) kernels.push_back(CpuKernel::avx2);
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) kernels.push_back(CpuKernel::avx2);
 #endif
   kernels.push_back(CpuKernel::baseline);
   return kernels;

@@ -730,6 +730,24 @@ TEST_F(CompareCpuKernels, EveryKernelMatchesTheWidestBitForBit) {
     }
 }
 
+// Every kernel sums (a - e)^2 with one rounding per element (fused, as the CUDA comparator does): elements 0 and 8
+// share a lane of every kernel's sums, and these two squares sum to different bits rounded once or twice. The noisy
+// pairs above do not tell the two apart: there a - e has few enough bits that its square is exact.
+TEST_F(CompareCpuKernels, SquaredDifferencesSumFused) {
+  std::vector<double> values(32, 1.0);
+  values[0] = 1.3, values[8] = 1.211858;
+  const double d0 = values[0] - 1.0, d8 = values[8] - 1.0;
+  const double fused = std::fma(d8, d8, d0 * d0);
+  const double apart = d8 * d8;
+  ASSERT_NE(fused, apart + d0 * d0);
+  const at::Tensor actual = at::tensor(values, at::kDouble), expected = at::ones({32}, at::kFloat);
+  for (const CpuKernel k : cpu_kernels()) {
+    force_cpu_kernel(k);
+    const double rel_l2 = compare(actual, expected).rel_l2;
+    EXPECT_TRUE(same_bits(rel_l2, std::sqrt(fused) / std::sqrt(32.0))) << cpu_kernel_name(k) << ": " << rel_l2;
+  }
+}
+
 TEST_F(CompareCpuKernels, TheWidestRunsUnlessANarrowerIsForced) {
   const std::vector<CpuKernel> kernels = cpu_kernels();
   const at::Tensor x = at::ones({5});
