@@ -71,6 +71,10 @@ for the rare straddling-cell path (8 DADDs on every vector) and added the CGA ba
 finite8's straight block for bf16 pairs went from 292 to 275 instructions a warp and vector: scan 2.58 -> 2.54 ms,
 compare 2.60 -> 2.56 ms at 2^30 (x0.985, H100, 3 alternating runs of bench/compare_ab.sh, results hashes unchanged at
 5 shapes; reports/gpu/2026-11-27-h100-comparator-hot-path-ab.log).
+Where the scan's time goes on an H200 (timing-only ablations at 2^30 bf16 pairs, 2.356 ms as is, x_read 2.48 in that
+standalone timing): without the |err| histogram's atomics x0.951, without the four sums of products x0.938, without the
+heatmap's check x0.937, without the packed ULP counts x0.936. No piece holds it; the 2x target needs ~19% off, about
+three of those pieces' worth (reports/gpu/2026-11-30-h200-comparator-ablations.log, the patch beside it).
 */
 #include "harness/cuda/compare.cuh"
 
