@@ -732,7 +732,7 @@ TEST_F(CompareCpuKernels, EveryKernelMatchesTheWidestBitForBit) {
 
 // Every kernel sums (a - e)^2 with one rounding per element (fused, as the CUDA comparator does): elements 0 and 8
 // share a lane of every kernel's sums, and these two squares sum to different bits rounded once or twice. The noisy
-// pairs above do not tell the two apart: there a - e has few enough bits that its square is exact.
+// pairs above did not tell the two apart: an AVX2 kernel that summed its squares unfused passed that test.
 TEST_F(CompareCpuKernels, SquaredDifferencesSumFused) {
   std::vector<double> values(32, 1.0);
   values[0] = 1.3, values[8] = 1.211858;
