@@ -350,7 +350,12 @@ template <int kBytes>
 struct LaneSum {
   using D = typename Simd<kBytes>::D;
   static constexpr int kParts = kLanes * 8 / kBytes;
-  D parts[kParts]{};
+  D parts[kParts];
+  // Zero, part by part: a zero-initialised member made a block's VectorSums one memset of ~800 bytes, which GCC
+  // emitted as a rep stos (1.5% of the AVX-512 scan's samples, one thread, bf16 against fp32 at 2^22).
+  LaneSum() {
+    for (D& p : parts) p = D{};
+  }
   [[gnu::always_inline]] void add(int part, D x) { parts[part] += x; }
   // x * y. With kExact every product is exact in fp64 (two values of at most 26 significant bits, as fp32 and bf16
   // values have): a fused multiply-add then rounds as the add alone does, in one instruction. (The file is built with
@@ -366,9 +371,24 @@ struct LaneSum {
     parts[part] = fused_multiply_add<kKernel>(x, y, parts[part]);
   }
   double lane(int j) const { return parts[j / Simd<kBytes>::kDoubles][j % Simd<kBytes>::kDoubles]; }
-  // Whether a lane is NaN or Inf. Lane by lane: the same test on vectors (a maximum of int64 lanes, which SSE2 lacks)
-  // took the baseline kernel 46 -> 60 ms (bf16 against fp32 at 2^22), though it runs once a block; why was not found.
+  // Adds lane j into lanes[j], a vector at a time: lane by lane, GCC built each vector of lanes from 8-byte loads, and
+  // 1.8% of the AVX-512 scan's samples sat on one of them.
+  void add_to(std::array<double, kLanes>& lanes) const {
+    constexpr int kDoubles = Simd<kBytes>::kDoubles;
+    for (int p = 0; p < kParts; ++p)
+      store(lanes.data() + p * kDoubles, load<D>(lanes.data() + p * kDoubles) + parts[p]);
+  }
+  // Whether a lane is NaN or Inf: its magnitude's bits reach Inf's. At 64 bytes one integer compare a vector. Else
+  // lane by lane: the same test on vectors (a maximum of int64 lanes, which SSE2 lacks) took the baseline kernel 46 ->
+  // 60 ms (bf16 against fp32 at 2^22), though it runs once a block; why was not found.
   bool any_non_finite() const {
+    if constexpr (kBytes == 64) {
+      using L = Vec<int64_t, kBytes>;
+      constexpr int64_t kBelowInf = 0x7FEFFFFFFFFFFFFF;  // the largest finite magnitude's bits
+      for (const D& p : parts)
+        if (any_positive((D)((L)vabs(p) - kBelowInf))) return true;
+      return false;
+    }
     for (int j = 0; j < kLanes; ++j)
       if (!std::isfinite(lane(j))) return true;
     return false;
@@ -443,6 +463,9 @@ struct VectorSums {
   using U = typename Simd<kBytes>::U;
   LaneSum<kBytes> sum_abs, sum_rel, sum_aa, sum_ee, sum_dd, sum_ae;
   D max_abs = D{} - 1, max_rel = D{} - 1;
+  // Where quotients sum as fractions: the first element of the run where max_rel's largest lane first reached its
+  // final value, so that its first occurrence is looked for from there (find_rel divides element by element).
+  int64_t max_rel_from = 0;
   U max_ulp{};
   U ulp_low{}, ulp_high{};  // the distances' low and high 16 bits, each summed exactly over a block
   double max_abs_expected = 0;
@@ -619,15 +642,20 @@ template <typename TA, typename TE, typename TU, bool kCountErrors, CpuKernel kK
     return quotient_quad<kKernel>(quotient_pair(x[0], e[0], x[1], e[1], bar),
                                   quotient_pair(x[2], e[2], x[3], e[3], bar));
   };
-  // A run whose quotients may hold a new largest: all of them divided out, and the bar raised.
+  // A run whose quotients may hold a new largest: all of them divided out, and the bar raised. No run before the one
+  // that raises the block's largest holds that value: it would have been offered (its quotient exceeds the bar) and
+  // raised it first.
   const auto offer_quotients = [&](int64_t i) [[gnu::cold]] {
+    const double before = lane_max(s.max_rel);
     for (int q = 0; q < 4; ++q)
       for (int part = 0; part < kParts; ++part) {
         D x, e;
         run_values(i, q, part, x, e);
         s.max_rel = max_of_nonnegative(s.max_rel, defined_quotient(x, e));
       }
-    largest_rel = std::max(largest_rel, lane_max(s.max_rel));
+    const double after = lane_max(s.max_rel);
+    if (after > before) s.max_rel_from = i;
+    largest_rel = std::max(largest_rel, after);
     bar = D{} + quotient_bar(largest_rel);
   };
   // The histogram's loads and increments go to the scalar and memory pipes beside the vector work of this loop, rather
@@ -820,6 +848,14 @@ template <int K, bool kWide, int kBytes>
   }
 }
 
+// The largest of n > 0 values that are non-negative or +Inf: their bit patterns order as they do, and a maximum of
+// integers vectorises where one of doubles (which must keep std::max's order of NaN) is a chain of dependent steps.
+[[gnu::always_inline]] inline double largest_of(const double* values, int64_t n) {
+  int64_t largest = 0;
+  for (int64_t k = 0; k < n; ++k) largest = std::max(largest, std::bit_cast<int64_t>(values[k]));
+  return std::bit_cast<double>(largest);
+}
+
 template <typename T>
 int64_t first_index_of(const T* values, int64_t n, T v) {
   return std::find(values, values + n, v) - values;
@@ -855,14 +891,18 @@ class Scratch {
     return err_counts_.data();
   }
   // Adds the counts into the buckets of hist, and zeroes them. None lies past the slot of max_err, the largest error
-  // counted (negative: none).
+  // counted (negative: none). A bucket's sixteen counts (four slots in each copy) are summed in a register: added slot
+  // by slot into the histogram, each addition waited on the store of the one before (the fold's share of a one-thread
+  // compare's samples at 2^22: ~1.3% -> ~0.7%).
   void fold_counts(double max_err, std::vector<uint64_t>& hist) {
-    const int64_t slots = max_err < 0 ? 0 : (err_slot(max_err) | 3) + 1;
-    for (int c = 0; c < kErrCopies; ++c) {
-      uint32_t* const copy = err_counts_.data() + c * kErrCopyStride;
-      for (int64_t i = 0; i < slots; ++i) hist[i >> 2] += copy[i];
-      std::fill_n(copy, slots, 0);
+    const int64_t buckets = max_err < 0 ? 0 : err_slot(max_err) / 4 + 1;
+    for (int64_t b = 0; b < buckets; ++b) {
+      uint64_t sum = 0;
+      for (int c = 0; c < kErrCopies; ++c)
+        for (int k = 0; k < 4; ++k) sum += err_counts_[c * kErrCopyStride + 4 * b + k];
+      hist[b] += sum;
     }
+    for (int c = 0; c < kErrCopies; ++c) std::fill_n(err_counts_.data() + c * kErrCopyStride, 4 * buckets, 0);
     counting_ = false;
   }
 
@@ -882,6 +922,13 @@ struct Max {
 };
 
 // One chunk of actual (TA) against expected (TE), ULP-counted in TU, by the vector kernel kKernel.
+// A block's costs outside the vector loops held ~20% of the AVX-512 scan's samples (one thread, bf16 against fp32 at
+// 2^22, Emerald Rapids; the distances' edge counts 12% of them): the sums' memset, find_rel dividing from the block's
+// start, the lanes' totals built from 8-byte loads, any_non_finite lane by lane, a heatmap span's maximum as a chain;
+// and once a call, the |err| slots' fold (Scratch). Without them, minima of 30 alternating repetitions: bf16 against
+// fp32 3.85 -> 3.69 ms at 2^22 and 62.1 -> 58.6 ms at 2^26, fp32 pairs 4.12 -> 3.96 and 65.3 -> 62.9 ms; AVX2 5.93 ->
+// 5.85 and 5.61 -> 5.34 ms at 2^22; the baseline kernel unchanged
+// (reports/cpu/2026-11-30-intel-xeon-ci-compare-block-costs-ab.log).
 template <typename TA, typename TE, typename TU, CpuKernel kKernel>
 class ChunkScan {
   static constexpr int kBytes = kBytesOf<kKernel>;
@@ -938,14 +985,12 @@ class ChunkScan {
   void add_vector_block(int64_t pos, int64_t n, const VectorSums<kBytes>& s, const VectorArrays& b) {
     Totals& t = t_;
     t.comparable += n;
-    for (int j = 0; j < kLanes; ++j) {
-      t.sum_abs[j] += s.sum_abs.lane(j);
-      t.sum_rel[j] += s.sum_rel.lane(j);
-      t.sum_aa[j] += s.sum_aa.lane(j);
-      t.sum_ee[j] += s.sum_ee.lane(j);
-      t.sum_dd[j] += s.sum_dd.lane(j);
-      t.sum_ae[j] += s.sum_ae.lane(j);
-    }
+    s.sum_abs.add_to(t.sum_abs);
+    s.sum_rel.add_to(t.sum_rel);
+    s.sum_aa.add_to(t.sum_aa);
+    s.sum_ee.add_to(t.sum_ee);
+    s.sum_dd.add_to(t.sum_dd);
+    s.sum_ae.add_to(t.sum_ae);
     t.rel_defined += s.rel_defined;
     t.ulp_low += s.ulp_low;
     t.ulp_high += s.ulp_high;
@@ -955,7 +1000,7 @@ class ChunkScan {
     const uint32_t block_max_ulp = lane_max(s.max_ulp);
     if (block_max_abs > t.max_abs.value) t.max_abs = {block_max_abs, pos + first_index_of(b.abs, n, block_max_abs)};
     if (s.rel_defined > 0 && block_max_rel > t.max_rel.value)
-      t.max_rel = {block_max_rel, pos + find_rel(pos, b.abs, block_max_rel)};
+      t.max_rel = {block_max_rel, pos + find_rel(pos, s.max_rel_from, b.abs, block_max_rel)};
     if (block_max_ulp > t.max_ulp.value) t.max_ulp = {block_max_ulp, pos + first_index_of(b.ulp, n, block_max_ulp)};
 
     t.vector_elements += n;
@@ -971,9 +1016,10 @@ class ChunkScan {
     if (comparable_errors_) comparable_errors_->insert(comparable_errors_->end(), b.abs, b.abs + n);
   }
 
-  // The first element of the vector block at pos whose relative error, computed as the kernel does, is rel.
-  int64_t find_rel(int64_t pos, const double* abs, double rel) const {
-    int64_t k = 0;
+  // The first element of the vector block at pos whose relative error, computed as the kernel does, is rel; none
+  // before `from` is.
+  int64_t find_rel(int64_t pos, int64_t from, const double* abs, double rel) const {
+    int64_t k = from;
     for (double e; (e = static_cast<double>(exp_[pos + k])) == 0 || abs[k] / std::fabs(e) != rel;) ++k;
     return k;
   }
@@ -1040,7 +1086,7 @@ class ChunkScan {
     for (int64_t k = 0; k < n;) {
       if (pos + k < span_begin_ || pos + k >= span_end_) find_span(pos + k);
       const int64_t run = std::min(span_end_ - (pos + k), n - k);
-      p_.grid[span_cell_] = std::max(p_.grid[span_cell_], *std::max_element(value + k, value + k + run));
+      p_.grid[span_cell_] = std::max(p_.grid[span_cell_], largest_of(value + k, run));
       k += run;
     }
   }
