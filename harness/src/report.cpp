@@ -480,7 +480,7 @@ std::string trend_svg(const Series& series, const std::vector<HistoryRecord>& hi
     if (i > 0) {
       const PerfVerdict v =
           compare_perf_controlled(rec[i - 1], rec[i], controls_of(rec[i - 1], history), controls_of(rec[i], history));
-      cls += " " + verdict_class(v.verdict);
+      cls.append(" ").append(verdict_class(v.verdict));  // GCC 12 misreads " " + string&& (-Wstringop-overflow)
       why = fmt::format("{} ×{:.3f} vs {}: {}", verdict_name(v.verdict), v.ratio, rec[i - 1].commit, v.reason);
     }
     s += fmt::format(R"(<circle cx="{:.1f}" cy="{:.1f}" r="3.5" class="{}"><title>{} {} · median {} [{}, {}] n={})"

@@ -691,6 +691,7 @@ Variant cpu_variant(std::string id, std::string op, std::string description,
                  .device = at::kCPU,
                  .description = std::move(description),
                  .deterministic = true,
+                 .constants = {},
                  .forward = std::move(forward),
                  .backward = std::move(backward)};
 }
