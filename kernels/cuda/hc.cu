@@ -1477,6 +1477,12 @@ __global__ void __launch_bounds__(256) collapse_kernel(const T* __restrict__ x, 
 // the 8 lo rows that do not fit the 64 (reloaded from fn each tile, through L2: held, they spilled) cost 0.078-0.101,
 // and without them it was still x1.08 (reports/gpu/2026-11-29-h200-fused-fwd-wgmma-pipelined-ab.log, the patch beside
 // it).
+// Nor two kernels a chunk of tokens, a tensor-core GEMM for the mixes (fn's three terms as N = 72) and then the collapse
+// reading the chunk again, from L2 where it fits (a probe with cuBLAS and a Triton collapse, timing only, H200): over
+// all 16384 tokens the GEMM reads x in 0.144 ms and the collapse alone takes 0.163 (99% of the copy rate), 0.303 ms
+// together, about this kernel's time; in chunks that L2 holds (1024 tokens, 32 MB of x) the GEMM takes 0.340 ms and
+// the pair 0.457-0.496, the re-read from L2 saving ~0.04 ms (reports/gpu/2026-11-30-h200-hc-pre-two-kernel-probe.log,
+// the script beside it). So reading x once pays only with the multiply hidden under the stream, as cuBLAS hides it.
 // A stage is one TMA box as it lands: x viewed as [stream][hidden / 64][token][64] (4-D tensor map, strides in any
 // order), box (64, 16 tokens, Dc / 64, H), 128-byte swizzle: the 16 tokens of a 64-element chunk are 16 lines of
 // 128 bytes, unit u of line r at u ^ (r % 8) (FusedSlice::at). ldmatrix then reads the multiply's A fragments (8 rows
