@@ -2,17 +2,31 @@
 // the fp32 reference; fed bf16 streams it rounds exactly where HF rounds.
 #include "references/hc.hpp"
 
+#include <fmt/format.h>
+
+#include <cmath>
 #include <parity/error.hpp>
 
 namespace parity::hc {
 
+// Every path reads the constants here, and so does the cost model when a case file is loaded: a value no path could
+// mean is refused there, naming the file and the constant (a NaN or negative eps made every output NaN, a parity
+// failure blamed on the kernels; sinkhorn_iters = 2.5 ran as 2).
 Constants constants(const OpContext& ctx) {
-  return {ctx.dim(kHc),
-          ctx.dim(kHidden),
-          static_cast<int64_t>(ctx.constant(kSinkhornIters)),
-          ctx.constant(kHcEps),
-          ctx.constant(kRmsEps),
-          ctx.constant(kPostMult)};
+  const auto fail = [](const char* name, double v, const char* want) {
+    throw InputError(fmt::format("constants.{} = {}: {}", name, v, want));
+  };
+  const double iters = ctx.constant(kSinkhornIters);
+  if (!(iters >= 1 && iters < 0x1p53 && iters == std::floor(iters)))
+    fail(kSinkhornIters, iters, "must be a whole number >= 1");
+  const auto eps = [&](const char* name) {
+    const double v = ctx.constant(name);
+    if (!(v >= 0 && std::isfinite(v))) fail(name, v, "must be finite and >= 0");
+    return v;
+  };
+  const double post_mult = ctx.constant(kPostMult);
+  if (!std::isfinite(post_mult)) fail(kPostMult, post_mult, "must be finite");
+  return {ctx.dim(kHc), ctx.dim(kHidden), static_cast<int64_t>(iters), eps(kHcEps), eps(kRmsEps), post_mult};
 }
 
 namespace {

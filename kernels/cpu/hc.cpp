@@ -401,7 +401,6 @@ Projection<S> projection(const Constants& k, const ProjectionInputs& pi, std::ve
 void hc_pre_v1_forward(const OpContext& ctx, const TensorMap& in, TensorMap& out) {
   const std::string where = "hc_pre cpu:v1";
   const Constants k = constants(ctx);
-  if (k.sinkhorn_iters < 1) throw InputError(fmt::format("{}: sinkhorn_iters must be >= 1", where));
   const int64_t h = k.hc, rows = (2 + h) * h;
   const ProjectionInputs pi = projection_inputs(k, in, rows, 3, where);
   with_stream_type(pi.x.scalar_type(), where, [&](auto s) {

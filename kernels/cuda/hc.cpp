@@ -153,7 +153,7 @@ struct MixInputs {
 
 MixInputs mix_inputs(kc::MixKind kind, const Constants& k, const TensorMap& in, const std::string& where) {
   check_hc(k, where);
-  if (kind == kc::MixKind::pre && (k.sinkhorn_iters < 1 || k.sinkhorn_iters > kc::kMaxSinkhornIters))
+  if (kind == kc::MixKind::pre && k.sinkhorn_iters > kc::kMaxSinkhornIters)  // at least 1: constants() checks
     throw InputError(fmt::format("{}: sinkhorn_iters = {} is outside 1..{}", where, k.sinkhorn_iters,
                                  kc::kMaxSinkhornIters));
   const at::Tensor& x = need(in, "x", where);

@@ -96,6 +96,27 @@ TEST(CaseFile, UnknownConstant) {
       << error_of(text);
 }
 
+// A constant no path could mean is bad input, refused at load (exit 2), not a run whose outputs are all NaN (exit 1).
+TEST(CaseFile, ConstantsNoPathCouldMean) {
+  const auto with = [](const std::string& constant) {
+    return error_of(post_case("seed = 1\n[case.constants]\n" + constant));
+  };
+  const std::string where = "cases/t.toml: case 'hc_post/t' field 'dims/constants': ";
+  EXPECT_NE(with("sinkhorn_iters = 2.5").find(where + "constants.sinkhorn_iters = 2.5: must be a whole number >= 1"),
+            std::string::npos)
+      << with("sinkhorn_iters = 2.5");
+  EXPECT_NE(with("sinkhorn_iters = 0").find("constants.sinkhorn_iters = 0: must be a whole number >= 1"),
+            std::string::npos);
+  EXPECT_NE(with("hc_eps = nan").find(where + "constants.hc_eps = nan: must be finite and >= 0"), std::string::npos)
+      << with("hc_eps = nan");
+  EXPECT_NE(with("rms_eps = -1e-6").find("constants.rms_eps = -1e-06: must be finite and >= 0"), std::string::npos)
+      << with("rms_eps = -1e-6");
+  EXPECT_NE(with("post_mult = inf").find("constants.post_mult = inf: must be finite"), std::string::npos)
+      << with("post_mult = inf");
+  EXPECT_EQ(with("hc_eps = 0.0"), "");
+  EXPECT_EQ(with("sinkhorn_iters = 1"), "");
+}
+
 TEST(CaseFile, CopyTargets) {
   const auto parsed =
       parse_cases(post_case("seed = 1\n[case.copy_target]\n\"cpu:v1/fwd\" = 85\n\"cpu:v1/bwd\" = 75.5"),
