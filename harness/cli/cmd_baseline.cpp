@@ -32,8 +32,9 @@ std::string author(const BaselineArgs& a) {
 }
 
 int update(const BaselineArgs& a) {
-  const nlohmann::json doc = read_results(a.from);
-  const UpdateSummary s = update_baselines(a.baseline_dir, doc, author(a), a.why);
+  const std::string who = author(a);
+  const UpdateSummary s = with_results(
+      a.from, [&](const nlohmann::json& doc) { return update_baselines(a.baseline_dir, doc, who, a.why); });
   for (const auto& id : s.skipped) std::cout << fmt::format("left out {}: only passing cases make a baseline\n", id);
   if (s.keys.empty()) throw InputError(fmt::format("{}: no record to take (no passing case with numbers)", a.from));
   for (const auto& key : s.keys) std::cout << "recorded " << key << "\n";

@@ -105,7 +105,8 @@ Command add_bisect(CLI::App& app) {
               return b.first_divergent ? 1 : 0;
             }
             if (*verdict) {
-              const PerfStepVerdict v = judge_perf_step(read_results(st->baseline), read_results(st->candidate), st->path,
+              const PerfStepVerdict v = judge_perf_step(with_results(st->baseline, records_from_results),
+                                                        with_results(st->candidate, records_from_results), st->path,
                                                         {.threshold = st->threshold});
               std::cout << v.text;
               return v.exit_code;

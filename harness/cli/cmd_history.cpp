@@ -24,7 +24,7 @@ namespace {
 using Records = std::vector<const HistoryRecord*>;  // one key's records, oldest first
 
 int append(const std::string& results, const fs::path& dir) {
-  const std::vector<HistoryRecord> records = records_from_results(read_results(results));
+  const std::vector<HistoryRecord> records = with_results(results, records_from_results);
   append_history(dir, records);
   int timed = 0, numeric = 0;
   for (const auto& r : records) {

@@ -276,9 +276,9 @@ CommitBisection bisect_commits(const CommitBisectOptions& o) {
   return res;
 }
 
-PerfStepVerdict judge_perf_step(const nlohmann::json& baseline, const nlohmann::json& candidate,
-                                const std::string& path, const VerdictOptions& o) {
-  const auto base_records = records_from_results(baseline), candidates = records_from_results(candidate);
+PerfStepVerdict judge_perf_step(const std::vector<HistoryRecord>& base_records,
+                                const std::vector<HistoryRecord>& candidates, const std::string& path,
+                                const VerdictOptions& o) {
   std::map<std::string, const HistoryRecord*> base;
   for (const auto& r : base_records)
     if (r.n > 0 && r.path != "eager") base.emplace(r.key(), &r);

@@ -209,7 +209,7 @@ struct Model {
 
 Model build_model(const std::vector<ReportRun>& runs, const std::vector<HistoryRecord>& history) {
   Model m{runs, history, {}, {}};
-  for (const auto& r : runs) m.verdicts.push_back(baselined(r.doc, history));
+  for (const auto& r : runs) m.verdicts.push_back(naming_document(r.source, [&] { return baselined(r.doc, history); }));
   std::map<std::string, std::string> trended;  // case id -> anchor of the view that draws its trends
   for (size_t ri = 0; ri < runs.size(); ++ri) {
     int ci = 0;
@@ -236,7 +236,9 @@ Model build_model(const std::vector<ReportRun>& runs, const std::vector<HistoryR
 
 // ULP histogram: one bar per non-empty bucket, heights log-scaled so a single outlier bucket stays visible.
 std::string ulp_histogram_svg(const json& hist) {
-  if (!hist.is_array() || hist.size() != size_t(kUlpBuckets)) return R"(<span class="muted">no histogram</span>)";
+  if (!hist.is_array() || hist.size() != size_t(kUlpBuckets) ||
+      !std::all_of(hist.begin(), hist.end(), [](const json& c) { return c.is_number_integer() && c >= 0; }))
+    return R"(<span class="muted">no histogram</span>)";
   static const char* const kShort[kUlpBuckets] = {"0",   "1",   "2",    "≤4",  "≤8",  "≤16",
                                                   "≤32", "≤64", "≤256", "≤1k", ">1k", "NaN"};
   constexpr int kBar = 20, kGap = 2, kPlot = 44, kTop = 10;

@@ -406,6 +406,22 @@ TEST(RecordsFromResults, DeviceOfUntimedRecords) {
   EXPECT_EQ(cpu_platform().rfind("cpu ", 0), 0u) << cpu_platform();
 }
 
+// Its readers take each field where they need it: one of another type is bad input naming the document and the field
+// (`parity history append`, `bisect verdict`, `baseline update --from`), not a harness error.
+TEST_F(HistoryDir, AFieldOfAnotherTypeNamesTheDocumentAndTheField) {
+  fs::create_directories(dir_);
+  const fs::path file = dir_ / "results.json";
+  std::ofstream(file) << R"({"schema": "parity.results/1", "environment": {}, "cases": [{"case": 5, "op": "hc_post"}]})";
+  try {
+    with_results(file, records_from_results);
+    FAIL() << "no InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(file.string() + ": "), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("(/cases/0/case) type must be string, but is number"), std::string::npos)
+        << e.what();
+  }
+}
+
 // A document carries the hashes of the build that ran it (a worktree's, in commit bisection): they win over this
 // checkout's; a path it has none for falls back to this checkout.
 TEST(RecordsFromResults, SourceHashFromTheDocument) {
@@ -457,19 +473,22 @@ nlohmann::json step_doc(double path_ms, double eager_ms, const std::string& eage
 // means the host changed speed, and the step is a skip (125), not a bad commit. Where eager's own code changed it
 // tells nothing, and the path is judged on its own.
 TEST(JudgePerfStep, EagerThatMovedOnTheSameCodeMakesTheStepNotComparable) {
-  const nlohmann::json base = step_doc(3.0, 1.0);
-  PerfStepVerdict v = judge_perf_step(base, step_doc(4.8, 1.0));
+  const auto step = [](double path_ms, double eager_ms, const std::string& eager_source = "") {
+    return records_from_results(step_doc(path_ms, eager_ms, eager_source));
+  };
+  const std::vector<HistoryRecord> base = step(3.0, 1.0);
+  PerfStepVerdict v = judge_perf_step(base, step(4.8, 1.0));
   EXPECT_EQ(v.exit_code, 1) << v.text;
   EXPECT_NE(v.text.find("planted:slow fwd: SLOWER x1.600"), std::string::npos) << v.text;
-  v = judge_perf_step(base, step_doc(4.8, 1.6));
+  v = judge_perf_step(base, step(4.8, 1.6));
   EXPECT_EQ(v.exit_code, 125) << v.text;
   EXPECT_NE(v.text.find("planted:slow fwd: NOT-COMPARABLE x1.600"), std::string::npos) << v.text;
   EXPECT_NE(v.text.find("the machine ran at another speed: eager, the same code in both, SLOWER x1.600"),
             std::string::npos)
       << v.text;
-  v = judge_perf_step(base, step_doc(3.0, 1.0));
+  v = judge_perf_step(base, step(3.0, 1.0));
   EXPECT_EQ(v.exit_code, 0) << v.text;
-  v = judge_perf_step(step_doc(3.0, 1.0, "before"), step_doc(4.8, 1.6, "after"));
+  v = judge_perf_step(step(3.0, 1.0, "before"), step(4.8, 1.6, "after"));
   EXPECT_EQ(v.exit_code, 1) << v.text;
 }
 

@@ -124,6 +124,16 @@ TEST(Report, DrawsOneHistogramBarPerNonEmptyBucket) {
   EXPECT_EQ(count(hists[1], "<rect"), 1u);
 }
 
+// The report draws what a document holds: a histogram with an entry that is no count is left out, not a failed report.
+TEST(Report, AHistogramWithAnEntryThatIsNoCountIsNotDrawn) {
+  json m = metrics({10, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 2});
+  m["ulp_hist"][11] = "x";
+  const std::string html =
+      render(document(json::array({one_case("hc_post/tiny", "hc_post", json::array({check("out", true, "", m)}))})));
+  EXPECT_TRUE(svgs(html, "hist").empty());
+  EXPECT_NE(html.find("no histogram"), std::string::npos);
+}
+
 TEST(Report, HeatmapShadesCellsAndMarksNonFiniteOnes) {
   const json hm = {{"rows", 2}, {"cols", 2}, {"tensor_rows", 4}, {"tensor_cols", 8}, {"cells", {0.0, 1e-3, nullptr, 1e-5}}};
   const json doc = document(json::array({one_case(

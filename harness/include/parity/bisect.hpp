@@ -58,7 +58,7 @@ struct CommitBisection {
 
 CommitBisection bisect_commits(const CommitBisectOptions& o);
 
-// One step of a perf bisection (`parity bisect verdict`): every timed path of `candidate` (a results document)
+// One step of a perf bisection (`parity bisect verdict`): every timed path of `candidate` (a results document's records)
 // against the same case, path and direction of `baseline`, the naive "eager" path aside: it times the machine, not
 // the commit, and where its code is unchanged and it came out SLOWER or FASTER, the paths of its case and direction
 // are NOT-COMPARABLE. `path`, when given, narrows to that path. exit_code: 1 when any path is SLOWER, else 125 (skip)
@@ -67,7 +67,7 @@ struct PerfStepVerdict {
   int exit_code = 125;
   std::string text;
 };
-PerfStepVerdict judge_perf_step(const nlohmann::json& baseline, const nlohmann::json& candidate,
+PerfStepVerdict judge_perf_step(const std::vector<HistoryRecord>& baseline, const std::vector<HistoryRecord>& candidate,
                                 const std::string& path = "", const VerdictOptions& o = {});
 
 }  // namespace parity

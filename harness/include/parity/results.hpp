@@ -2,8 +2,10 @@
 //   { "schema": "parity.results/1", "environment": {...}, "cases": [ CaseResult... ] }
 // The HTML report (report.hpp) and the CI gate read the same document.
 #pragma once
+#include <parity/error.hpp>
 #include <parity/runner.hpp>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
@@ -31,6 +33,23 @@ nlohmann::json results_document(const std::vector<CaseResult>& results);
 void write_json(const nlohmann::json& doc, const std::filesystem::path& path);
 // A results document written by write_json: InputError naming the file and what is wrong with it.
 nlohmann::json read_results(const std::filesystem::path& path);
+// f() reading a document that came from `source`. Its readers take each field where they need it, not all when the
+// file is read: one missing or of another type there (nlohmann's exception, which names the field by its JSON
+// pointer: JSON_DIAGNOSTICS) is bad input naming the document, not a harness error.
+template <typename F>
+decltype(auto) naming_document(const std::string& source, F&& f) {
+  try {
+    return std::forward<F>(f)();
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("{}: {}", source, e.what()));
+  }
+}
+// f(doc) on the results document at `path`, as naming_document.
+template <typename F>
+auto with_results(const std::filesystem::path& path, F&& f) {
+  const nlohmann::json doc = read_results(path);
+  return naming_document(path.string(), [&] { return std::forward<F>(f)(doc); });
+}
 
 // One line per case and variant (colored when `color`), then every failing check's and guard's details.
 void print_table(std::ostream& os, const std::vector<CaseResult>& results, bool color);
