@@ -72,6 +72,12 @@ set_tests_properties(cli/compare_roundtrip PROPERTIES LABELS cli SKIP_REGULAR_EX
 parity_cli_test(compare_needs_a_file 2 "give --export-inputs FILE, --candidate FILE, or both"
   compare --case hc_post/hf_tiny_bf16)
 
+# Bad input never crashes Parity and is named when refused: seeded mutations of a case file, of a results document
+# with its history and baselines, and of a compare candidate (malformed_inputs.py; the last with h5py only).
+add_test(NAME cli/malformed_inputs COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/venv_python.sh
+  ${CMAKE_CURRENT_SOURCE_DIR}/cli/malformed_inputs.py $<TARGET_FILE:parity> ${CMAKE_SOURCE_DIR})
+set_tests_properties(cli/malformed_inputs PROPERTIES LABELS cli)
+
 # The gate's perf verdicts: a null run passes again and again; a kernel slowed down 2x fails, named. Timed: serial.
 add_test(NAME cli/gate_slowdown COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/gate_slowdown.sh $<TARGET_FILE:parity>
   ${DATA}/slow)
