@@ -57,7 +57,10 @@ if [ -n "${PARITY_SESSION_S:-}" ]; then
   left=$(( PARITY_SESSION_S - (t1 - t_start) - 20 ))
   ctest_limit=(timeout "$(( left > 10 ? left : 10 ))")
 fi
-(cd "$B" && "${ctest_limit[@]}" ctest -j 8 --timeout 300 --output-on-failure >"$LOG/ctest.log" 2>&1)
+# cli/malformed_inputs drives the CLI on the CPU only: CI runs it; here it took 66 s in run73 and left cli/bisect_perf
+# past the limit.
+(cd "$B" && "${ctest_limit[@]}" ctest -j 8 --timeout 300 --output-on-failure -E '^cli/malformed_inputs$' \
+  >"$LOG/ctest.log" 2>&1)
 echo "ctest rc=$? ($(( $(date +%s) - t1 )) s)"; grep -E 'tests passed|Failed|\*\*\*' "$LOG/ctest.log" | head -20; pack
 # The Python-only peer (torch.compile), with eager and a copy timed in the same process (~2 min: PARITY_PEERS=0
 # leaves it out when the call would outrun its 10 minutes).
