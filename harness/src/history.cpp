@@ -246,14 +246,6 @@ std::optional<Weakness> weak_evidence(const HistoryRecord& b, const HistoryRecor
   return std::nullopt;
 }
 
-// j[key], else `absent`: a reference into j (value() copies), so that nlohmann's diagnostics name a field of the wrong
-// type by its whole JSON pointer in the document (results.hpp naming_document).
-const json kNoObject = json::object(), kNoArray = json::array();
-const json& member_or(const json& j, const char* key, const json& absent) {
-  const auto it = j.find(key);
-  return it != j.end() ? *it : absent;
-}
-
 }  // namespace
 
 // ---- Records ------------------------------------------------------------------------------------------------
@@ -330,39 +322,45 @@ std::string source_hash(const std::string& path, const std::string& family, cons
 }
 
 std::vector<HistoryRecord> records_from_results(const json& doc) {
-  const json& env = member_or(doc, "environment", kNoObject);
+  const json env = doc.value("environment", json::object());
   const Registry& reg = Registry::global();
   std::vector<HistoryRecord> records;
-  for (const auto& c : member_or(doc, "cases", kNoArray)) {
-    const std::string case_id = c.value("case", ""), op = c.value("op", op_of(case_id));
-    const std::string family = reg.has_op(op) ? reg.op(op).family : op;
-    const auto [device, driver] = device_of(c, env);
-    const json& hashes = member_or(c, "source_hashes", kNoObject);
-    std::map<std::string, size_t> index;  // "path|direction" -> position in `records`
-    auto record = [&](const std::string& path, const std::string& direction) -> HistoryRecord& {
-      const auto [it, added] = index.emplace(path + "|" + direction, records.size());
-      if (added) {
-        HistoryRecord r;
-        r.case_id = case_id;
-        r.path = path;
-        r.direction = direction;
-        r.device = device;
-        r.driver = driver;
-        r.commit = commit_of(env);
-        r.build_type = env.value("build_type", "");
-        r.date = env.value("date", "");
-        r.source_hash = hashes.contains(path) ? hashes.at(path).get<std::string>() : source_hash(path, family);
-        records.push_back(std::move(r));
-      }
-      return records[it->second];
-    };
-    if (const auto perf = c.find("perf"); perf != c.end())
-      for (const auto& e : member_or(*perf, "entries", kNoArray))
-        if (e.value("n", 0) > 0) set_timing(record(e.value("path", ""), e.value("direction", "")), e);
-    for (const auto& check : member_or(c, "checks", kNoArray))
-      if (const auto m = check.find("metrics"); m != check.end() && !check.value("variant", "").empty())
-        record(check.value("variant", ""), "fwd")
-            .numerics[check.value("tensor", "") + " vs " + check.value("against", "")] = numeric_from(*m);
+  const json cases = doc.value("cases", json::array());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const json& c = cases[i];
+    try {
+      const std::string case_id = c.value("case", ""), op = c.value("op", op_of(case_id));
+      const std::string family = reg.has_op(op) ? reg.op(op).family : op;
+      const auto [device, driver] = device_of(c, env);
+      const json hashes = c.value("source_hashes", json::object());
+      std::map<std::string, size_t> index;  // "path|direction" -> position in `records`
+      auto record = [&](const std::string& path, const std::string& direction) -> HistoryRecord& {
+        const auto [it, added] = index.emplace(path + "|" + direction, records.size());
+        if (added) {
+          HistoryRecord r;
+          r.case_id = case_id;
+          r.path = path;
+          r.direction = direction;
+          r.device = device;
+          r.driver = driver;
+          r.commit = commit_of(env);
+          r.build_type = env.value("build_type", "");
+          r.date = env.value("date", "");
+          r.source_hash = hashes.contains(path) ? hashes.at(path).get<std::string>() : source_hash(path, family);
+          records.push_back(std::move(r));
+        }
+        return records[it->second];
+      };
+      if (const auto perf = c.find("perf"); perf != c.end())
+        for (const auto& e : perf->value("entries", json::array()))
+          if (e.value("n", 0) > 0) set_timing(record(e.value("path", ""), e.value("direction", "")), e);
+      for (const auto& check : c.value("checks", json::array()))
+        if (const auto m = check.find("metrics"); m != check.end() && !check.value("variant", "").empty())
+          record(check.value("variant", ""), "fwd")
+              .numerics[check.value("tensor", "") + " vs " + check.value("against", "")] = numeric_from(*m);
+    } catch (const json::exception& e) {
+      throw DocumentError(fmt::format("cases[{}]: {}", i, e.what()));
+    }
   }
   return records;
 }

@@ -34,12 +34,15 @@ void write_json(const nlohmann::json& doc, const std::filesystem::path& path);
 // A results document written by write_json: InputError naming the file and what is wrong with it.
 nlohmann::json read_results(const std::filesystem::path& path);
 // f() reading a document that came from `source`. Its readers take each field where they need it, not all when the
-// file is read: one missing or of another type there (nlohmann's exception, which names the field by its JSON
-// pointer: JSON_DIAGNOSTICS) is bad input naming the document, not a harness error.
+// file is read: one missing or of another type there (a DocumentError, or nlohmann's exception) is bad input naming
+// the document, not a harness error. (nlohmann's JSON_DIAGNOSTICS would name the field itself, but with GCC before 15
+// it brings false -Warray-bounds warnings wherever documents are built: nlohmann/json#4819.)
 template <typename F>
 decltype(auto) naming_document(const std::string& source, F&& f) {
   try {
     return std::forward<F>(f)();
+  } catch (const DocumentError& e) {
+    throw InputError(fmt::format("{}: {}", source, e.what()));
   } catch (const nlohmann::json::exception& e) {
     throw InputError(fmt::format("{}: {}", source, e.what()));
   }
