@@ -3,12 +3,12 @@
 #include "harness/cli/command.hpp"
 
 #include <parity/error.hpp>
+#include <parity/files.hpp>
 #include <parity/gate.hpp>
 #include <parity/results.hpp>
 
 #include <fmt/format.h>
 
-#include <fstream>
 #include <iostream>
 #include <unistd.h>
 
@@ -24,16 +24,9 @@ struct GateArgs {
   bool perf = false, cpu_only = false, no_color = false;
 };
 
-void write_text(const std::string& text, const std::filesystem::path& path) {
-  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-  std::ofstream out(path);
-  out << text;
-  if (!out.flush()) throw std::runtime_error("cannot write " + path.string());
-}
-
 void write_reports(const GateReport& g, const GateArgs& a) {
-  if (!a.junit.empty()) write_text(junit_xml(g), a.junit);
-  if (!a.markdown.empty()) write_text(markdown_summary(g), a.markdown);
+  if (!a.junit.empty()) write_text_file(a.junit, junit_xml(g));
+  if (!a.markdown.empty()) write_text_file(a.markdown, markdown_summary(g));
   if (!a.json.empty()) write_json(gate_document(g), a.json);
 }
 

@@ -2,6 +2,7 @@
 // writing, and the two ways they change (update from a results document, per-arch override).
 #include <parity/baseline.hpp>
 #include <parity/error.hpp>
+#include <parity/files.hpp>
 #include <parity/op.hpp>
 #include <parity/results.hpp>
 
@@ -163,12 +164,7 @@ std::string baseline_text(const Baseline& b) {
   return text;
 }
 
-void write_baseline(const Baseline& b) {
-  if (b.path.has_parent_path()) fs::create_directories(b.path.parent_path());
-  std::ofstream out(b.path);
-  out << baseline_text(b);
-  if (!out.flush()) throw InputError(fmt::format("{}: cannot write baseline", b.path.string()));
-}
+void write_baseline(const Baseline& b) { write_text_file(b.path, baseline_text(b)); }
 
 std::map<std::string, Baseline> load_baselines(const fs::path& dir) {
   std::map<std::string, Baseline> out;

@@ -1,6 +1,7 @@
 // Performance of a case: the naive LibTorch composition ("eager") and every variant timed on the same inputs and
 // device, against the op's cost model and the device's measured ceilings (cached per device and driver).
 #include <parity/error.hpp>
+#include <parity/files.hpp>
 #include <parity/perf.hpp>
 #include <parity/results.hpp>
 #include <parity/runner.hpp>
@@ -390,10 +391,11 @@ DeviceCeilings device_ceilings(bool remeasure, bool force_cpu) {
   if (!remeasure)
     if (auto cached = read_cached(file)) return *cached;
   measure_ceilings(c, dev);
-  std::filesystem::create_directories(file.parent_path());
-  std::ofstream out(file);
-  out << to_json(c).dump(1) << "\n";
-  if (!out) throw InputError(fmt::format("cannot write {} (set PARITY_HOME to a writable directory)", file.string()));
+  try {
+    write_text_file(file, to_json(c).dump(1) + "\n");
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("{} (set PARITY_HOME to a writable directory)", e.what()));
+  }
   return c;
 }
 

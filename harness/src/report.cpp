@@ -2,6 +2,7 @@
 // history store, as inline SVG, so the page needs nothing but itself.
 #include <parity/compare.hpp>
 #include <parity/error.hpp>
+#include <parity/files.hpp>
 #include <parity/history.hpp>
 #include <parity/op.hpp>
 #include <parity/report.hpp>
@@ -11,7 +12,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <optional>
@@ -876,10 +876,7 @@ std::string render_html_report(const std::vector<ReportRun>& runs, const std::ve
 
 void write_html_report(const std::vector<ReportRun>& runs, const std::vector<HistoryRecord>& history,
                        const std::filesystem::path& path) {
-  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-  std::ofstream out(path);
-  out << render_html_report(runs, history);
-  if (!out) throw std::runtime_error("cannot write " + path.string());
+  write_text_file(path, render_html_report(runs, history));
 }
 
 void write_html_report(const nlohmann::json& results_doc, const std::filesystem::path& path) {

@@ -1,6 +1,7 @@
 // JSON results, the terminal table and the exit-code rule.
 #include <parity/op.hpp>
 #include <parity/error.hpp>
+#include <parity/files.hpp>
 #include <parity/history.hpp>
 #include <parity/results.hpp>
 
@@ -155,12 +156,7 @@ nlohmann::json read_results(const std::filesystem::path& path) {
   return doc;
 }
 
-void write_json(const nlohmann::json& doc, const std::filesystem::path& path) {
-  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-  std::ofstream out(path);
-  out << doc.dump(1) << "\n";
-  if (!out) throw std::runtime_error("cannot write " + path.string());
-}
+void write_json(const nlohmann::json& doc, const std::filesystem::path& path) { write_text_file(path, doc.dump(1) + "\n"); }
 
 namespace {
 

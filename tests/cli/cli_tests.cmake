@@ -15,6 +15,9 @@ parity_cli_test(missing_golden 2 "golden 'hc/does_not_exist.h5' not found"
   run --cases-dir ${DATA}/bad/missing_golden --case hc_post/no_golden)
 parity_cli_test(unknown_case 2 "no case 'hc_post/nope'" run --case hc_post/nope)
 parity_cli_test(bad_flag 2 "bogus" run --bogus)
+# An output path that cannot be written is bad input too, named with the reason (parity/files.hpp).
+parity_cli_test(json_path_under_a_file 2 "README.md/out.json: cannot create its directory: Not a directory"
+  run --case hc_post/hf_tiny_fp32 --cpu --no-color --json ${CMAKE_SOURCE_DIR}/README.md/out.json)
 # A case that passes on its CPU variants still says that its CUDA ones did not run.
 parity_cli_test(run_names_skipped_variants 0 "parity: [1-9][0-9]* variant runs? skipped \\(CUDA disabled \\(--cpu\\)\\)"
   run --case hc_post/hf_tiny_fp32 --cpu --no-color)
