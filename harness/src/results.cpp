@@ -156,7 +156,9 @@ nlohmann::json read_results(const std::filesystem::path& path) {
   return doc;
 }
 
-void write_json(const nlohmann::json& doc, const std::filesystem::path& path) { write_text_file(path, doc.dump(1) + "\n"); }
+void write_json(const nlohmann::json& doc, const std::filesystem::path& path) {
+  write_text_file(path, doc.dump(1) + "\n");
+}
 
 namespace {
 

@@ -58,11 +58,11 @@ struct CommitBisection {
 
 CommitBisection bisect_commits(const CommitBisectOptions& o);
 
-// One step of a perf bisection (`parity bisect verdict`): every timed path of `candidate` (a results document's records)
-// against the same case, path and direction of `baseline`, the naive "eager" path aside: it times the machine, not
-// the commit, and where its code is unchanged and it came out SLOWER or FASTER, the paths of its case and direction
-// are NOT-COMPARABLE. `path`, when given, narrows to that path. exit_code: 1 when any path is SLOWER, else 125 (skip)
-// when any is AMBIGUOUS or NOT-COMPARABLE or nothing could be compared, else 0. `text` has a line per key.
+// One step of a perf bisection (`parity bisect verdict`): every timed path of `candidate` (a results document's
+// records) against the same case, path and direction of `baseline`, the naive "eager" path aside: it times the
+// machine, not the commit, and where its code is unchanged and it came out SLOWER or FASTER, the paths of its case and
+// direction are NOT-COMPARABLE. `path`, when given, narrows to that path. exit_code: 1 when any path is SLOWER, else
+// 125 (skip) when any is AMBIGUOUS or NOT-COMPARABLE or nothing could be compared, else 0. `text` has a line per key.
 struct PerfStepVerdict {
   int exit_code = 125;
   std::string text;
