@@ -385,7 +385,7 @@ struct ProjectionInputs {
 
 ProjectionInputs projection_inputs(const Constants& k, const TensorMap& in, int64_t rows, int64_t groups,
                                    const std::string& where) {
-  const at::Tensor& x = need(in, "x", where);
+  const at::Tensor x = need(in, "x", where);
   return {stream(in, "x", x.scalar_type(), where), fp32(in, "fn", rows * k.hc * k.hidden, where),
           fp32(in, "base", rows, where), fp32(in, "scale", groups, where),
           args::tokens(x, {k.hc, k.hidden}, "x", where)};
@@ -525,9 +525,9 @@ struct PostInputs {
 };
 
 PostInputs post_inputs(const Constants& k, const TensorMap& in, const std::string& where) {
-  const at::Tensor& residual = need(in, "residual", where);
+  const at::Tensor residual = need(in, "residual", where);
   const int64_t t = args::tokens(residual, {k.hc, k.hidden}, "residual", where);
-  const at::Tensor& x = need(in, "x", where);
+  const at::Tensor x = need(in, "x", where);
   if (args::tokens(x, {k.hidden}, "x", where) != t)
     throw InputError(
         fmt::format("{}: x {} and residual {} disagree on tokens", where, describe(x), describe(residual)));

@@ -96,7 +96,7 @@ struct PostInputs {
 
 PostInputs post_inputs(const Constants& k, const TensorMap& in, const std::string& where) {
   check_hc(k, where);
-  const at::Tensor& x = need(in, "x", where);
+  const at::Tensor x = need(in, "x", where);
   const at::ScalarType st = x.scalar_type();
   const kc::Dtype dt = stream_dtype(st, where);
   const int64_t t = args::tokens(x, {k.hidden}, "x", where);
@@ -156,7 +156,7 @@ MixInputs mix_inputs(kc::MixKind kind, const Constants& k, const TensorMap& in, 
   if (kind == kc::MixKind::pre && k.sinkhorn_iters > kc::kMaxSinkhornIters)  // at least 1: constants() checks
     throw InputError(fmt::format("{}: sinkhorn_iters = {} is outside 1..{}", where, k.sinkhorn_iters,
                                  kc::kMaxSinkhornIters));
-  const at::Tensor& x = need(in, "x", where);
+  const at::Tensor x = need(in, "x", where);
   const at::ScalarType st = x.scalar_type();
   const kc::Dtype dt = stream_dtype(st, where);
   const int64_t t = args::tokens(x, {k.hc, k.hidden}, "x", where);
