@@ -94,7 +94,8 @@ double ratio_of(double measured, double allowed) {
 }
 
 // The tightest bound a check's summary names. policy.cpp writes one "<metric> <value> [in <dtype>] (<= <bound>
-// allowed" per bound it applies (naive_relative has two), and "<n> / <numel> elements differ bitwise" for bitwise.
+// allowed" per bound it applies (naive_relative has two), and "<n> / <numel> elements differ bitwise in <dtype>
+// (<budget> allowed)" for bitwise (documents from before bitwise(max_fraction=) lack the budget: it was 0).
 Usage check_usage(const json& check) {
   Usage u;
   u.pass = check.value("pass", false);
@@ -106,7 +107,7 @@ Usage check_usage(const json& check) {
     return u;
   }
   static const std::regex bound(R"(([a-z]+ [a-z]+) ([0-9][0-9.e+-]*)(?: in [a-z0-9]+)? \(<= ([0-9][0-9.e+-]*) allowed)");
-  static const std::regex bitwise(R"((\d+) / (\d+) elements differ bitwise)");
+  static const std::regex bitwise(R"((\d+) / (\d+) elements differ bitwise(?: in [a-z0-9]+ \((\d+) allowed\))?)");
   const std::string summary = str(check, "summary");
   bool found = false;
   for (auto it = std::sregex_iterator(summary.begin(), summary.end(), bound); it != std::sregex_iterator(); ++it) {
@@ -120,8 +121,9 @@ Usage check_usage(const json& check) {
   }
   std::smatch match;
   if (!found && std::regex_search(summary, match, bitwise)) {
-    u.ratio = ratio_of(std::stod(match[1]), 0);
-    u.text = fmt::format("bitwise: {} of {} differ / 0 allowed", match[1].str(), match[2].str());
+    const std::string budget = match[3].matched ? match[3].str() : "0";
+    u.ratio = ratio_of(std::stod(match[1]), std::stod(budget));
+    u.text = fmt::format("bitwise: {} of {} differ / {} allowed", match[1].str(), match[2].str(), budget);
     found = true;
   }
   if (!found) {

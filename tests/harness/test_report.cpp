@@ -177,6 +177,26 @@ TEST(Report, CasesTableShowsTheWorstCheckAgainstItsTolerance) {
   EXPECT_NE(html.find("id=\"summary\""), std::string::npos);
 }
 
+// bitwise(max_fraction=) allows some elements to differ: a check inside its budget uses part of it (run74's
+// hc_post/v4flash_pack16k_hf was shown as "152 of 268435456 differ / 0 allowed", the case's worst check at +Inf).
+TEST(Report, ABitwiseBudgetIsTheToleranceItsCheckUses) {
+  const auto m = metrics({10, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0});
+  const json doc = document(json::array({one_case(
+      "hc_post/budget", "hc_post",
+      json::array({check("out", true, "152 / 268435456 elements differ bitwise in bf16 (268 allowed)", m),
+                   check("grad/x", true, "max ulp 1 in bf16 (<= 1 allowed)", m)}))}));
+  const std::string html = render(doc);
+  EXPECT_NE(html.find(">bitwise: 152 of 268435456 differ / 268 allowed<"), std::string::npos);
+  const size_t cases = html.find("id=\"cases\"");
+  ASSERT_NE(cases, std::string::npos);
+  const std::string table = html.substr(cases, html.find("</table>", cases) - cases);
+  EXPECT_NE(table.find(">max ulp 1 / 1 allowed<"), std::string::npos) << "the check nearer its bound is the worst";
+  // A document from before the budget: any difference is past a bitwise policy's zero.
+  const json old = document(json::array({one_case(
+      "hc_post/old", "hc_post", json::array({check("out", false, "3 / 64 elements differ bitwise", m)}), "FAIL")}));
+  EXPECT_NE(render(old).find(">bitwise: 3 of 64 differ / 0 allowed<"), std::string::npos);
+}
+
 HistoryRecord timed_record(const std::string& commit, double median, int i) {
   HistoryRecord r;
   r.case_id = "hc_post/tiny";
