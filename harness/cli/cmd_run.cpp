@@ -9,10 +9,12 @@
 #include <parity/timing.hpp>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <iostream>
 #include <map>
+#include <set>
 #include <unistd.h>
 
 namespace parity::cli {
@@ -65,7 +67,15 @@ Command add_run(CLI::App& app) {
             RunOptions opts;
             opts.golden_dirs = st->dirs.golden_dirs();
             opts.force_cpu = st->cpu_only;
-            if (!st->variant.empty()) opts.only_variant = st->variant;
+            if (!st->variant.empty()) {
+              // A variant no selected case runs (a typo, or a case without it) would skip everything and exit 0.
+              std::set<std::string> listed;
+              for (const auto& c : cases) listed.insert(c.variants.begin(), c.variants.end());
+              if (!listed.count(st->variant))
+                throw InputError(fmt::format("--variant {}: no selected case runs it ({} selected; they run {})",
+                                             st->variant, cases.size(), fmt::join(listed, ", ")));
+              opts.only_variant = st->variant;
+            }
             std::vector<CaseResult> results;
             for (const auto& c : cases) {
               results.push_back(run_case(c, reg, opts));

@@ -179,7 +179,14 @@ Case parse_case(const toml::table& t, const Constants& file_constants, const std
     if (!v || *v < 0) fail(w, "seed", "must be a non-negative integer");
     c.seed = uint64_t(*v);
   }
-  if (t.contains("golden")) c.golden = get_string(t, "golden", w, true);
+  if (t.contains("golden")) {
+    c.golden = get_string(t, "golden", w, true);
+    // Resolved in each golden directory in turn, and verified against that directory's MANIFEST.json: a path that
+    // leaves it would be checked against another directory's manifest, or none.
+    const std::filesystem::path g(*c.golden);
+    if (g.is_absolute() || std::find(g.begin(), g.end(), "..") != g.end())
+      fail(w, "golden", fmt::format("'{}': must be a relative path inside a golden directory, without '..'", *c.golden));
+  }
   if (!c.seed && !c.golden) fail(w, "seed", "a case needs a seed or a golden file");
   c.reference = parse_numerics(get_string(t, "reference", w, false, "fp64"), w.at("reference"));
   c.suites = get_strings(t, "suites", w);

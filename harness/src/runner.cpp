@@ -5,10 +5,12 @@
 #include <parity/runner.hpp>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <chrono>
+#include <functional>
 
 namespace parity {
 
@@ -31,6 +33,14 @@ constexpr double kSecondPoison = -1536.0;
 TensorMap to_device(const TensorMap& m, at::Device d) {
   TensorMap out;
   for (const auto& [k, v] : m) out[k] = v.to(d);
+  return out;
+}
+
+// A variant's inputs: its own copy even where they already sit on its device, so that one that writes into them (a
+// guard failure of its own) hands neither the next variant nor a later reference changed inputs.
+TensorMap own_copy(const TensorMap& m, at::Device d) {
+  TensorMap out;
+  for (const auto& [k, v] : m) out[k] = v.to(d, v.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
   return out;
 }
 
@@ -130,6 +140,40 @@ void check_golden_matches_case(const GoldenFile& g, const Case& c) {
   for (const auto& [k, v] : c.ctx.dims) expect(k, double(v), "dims." + k);
 }
 
+// got is want, or want with its first dim split into several (tokens given as [batch, seq]: the ops flatten
+// leading dims).
+bool same_shape_up_to_leading(at::IntArrayRef got, at::IntArrayRef want) {
+  if (want.empty() || got.size() < want.size()) return got.equals(want);
+  const size_t lead = got.size() - want.size() + 1;
+  int64_t first = 1;
+  for (size_t i = 0; i < lead; ++i) first *= got[i];
+  return first == want[0] && got.slice(lead).equals(want.slice(1));
+}
+
+// A golden's tensors must be the ones the case describes, or the case would claim coverage it does not have (an fp32
+// case run on a bf16 golden) or fail where the input is wrong. The case's dims and dtype give every input's shape and
+// dtype (the op's seeded inputs at those dims, made on the CPU: golden cases are small), and those give the outputs',
+// upstream gradients' and gradients'.
+void check_golden_tensors(const GoldenFile& g, const Case& c, const Op& op) {
+  const TensorMap want = op.make_inputs(c.ctx, 0, at::kCPU);
+  auto same = [&](const std::string& group, const std::string& name, at::IntArrayRef shape, at::ScalarType dtype) {
+    const auto& m = g.group(group);
+    const auto it = m.find(name);
+    if (it == m.end() || (same_shape_up_to_leading(it->second.sizes(), shape) && it->second.scalar_type() == dtype))
+      return;
+    throw InputError(fmt::format("{}: dataset '/{}/{}' is {}, but case '{}' ({}: dtype {}, dims {}) needs [{}] {}",
+                                 g.path.string(), group, name, describe(it->second), c.id, c.file.string(),
+                                 dtype_name(c.ctx.dtype), nlohmann::json(c.ctx.dims).dump(), fmt::join(shape, ", "),
+                                 dtype_name(dtype)));
+  };
+  for (const auto& [name, t] : want) {
+    same("inputs", name, t.sizes(), t.scalar_type());
+    same("grads", name, t.sizes(), t.scalar_type());
+  }
+  for (const auto& s : op.output_specs(c.ctx, want))
+    for (const char* group : {"outputs", "stages", "grad_outputs"}) same(group, s.name, s.shape, s.dtype);
+}
+
 void add_check(CaseResult& res, const std::string& variant, const std::string& tensor, const std::string& against,
                const Policy& p, const at::Tensor& actual, const at::Tensor& expected, const at::Tensor* naive,
                int first_n, const at::Tensor* naive_expected = nullptr) {
@@ -157,22 +201,52 @@ TensorMap allocate(const std::vector<TensorSpec>& specs, at::Device device, bool
   return m;
 }
 
+// One phase's two runs (run 1 poisoned with NaN, run 2 with the second poison), each into buffers allocated here. What
+// the guards need is gathered after every run, not once after both: a change to a watched tensor that the second run
+// undoes (negated, then negated back) is still a change, and a buffer the variant replaced or dropped is not written.
+struct TwoRuns {
+  TensorMap run1, run2;               // the buffers each run was given: checks read these
+  std::vector<std::string> changed;   // watched tensors modified in place, per run
+  std::vector<std::string> replaced;  // output buffers not written in place, per run
+};
+
+TwoRuns run_twice(const std::vector<TensorSpec>& specs, at::Device dev, const TensorMap& watched,
+                  const std::function<void(TensorMap&)>& call) {
+  const TensorMap before = clone_all(watched);
+  TwoRuns r;
+  for (const int run : {1, 2}) {
+    const TensorMap given = allocate(specs, dev, run == 2);
+    TensorMap out = given;
+    call(out);
+    for (const auto& [k, t] : given) {
+      const auto it = out.find(k);
+      if (it == out.end()) r.replaced.push_back(fmt::format("'{}' removed from the outputs (run {})", k, run));
+      else if (!it->second.is_same(t)) r.replaced.push_back(fmt::format("'{}' replaced by another tensor (run {})", k, run));
+    }
+    for (const auto& [k, t] : out)
+      if (!given.count(k)) r.replaced.push_back(fmt::format("'{}' added to the outputs (run {})", k, run));
+    for (const auto& [k, v] : before) {
+      const int64_t n = bitwise_diff_count(v, watched.at(k));
+      if (n) r.changed.push_back(fmt::format("'{}' {} of {} elements after run {}", k, n, v.numel(), run));
+    }
+    (run == 1 ? r.run1 : r.run2) = given;
+  }
+  return r;
+}
+
 // Guards shared by forward and backward: nothing the variant reads may change, every element it owns must be
 // written, and (unless declared nondeterministic) two runs agree bitwise.
-void guard_run(CaseResult& res, const Case& c, const std::string& vid, const std::string& phase,
-               const TensorMap& before, const TensorMap& after, const TensorMap& run1, const TensorMap& run2) {
-  std::vector<std::string> changed;
-  for (const auto& [k, v] : before) {
-    const int64_t n = bitwise_diff_count(v, after.at(k));
-    if (n) changed.push_back(fmt::format("'{}' {} of {} elements", k, n, v.numel()));
-  }
-  res.guards.push_back({vid, phase + ": inputs unchanged", changed.empty(),
-                        changed.empty() ? "" : "modified in place: " + join_counts(changed)});
-  std::vector<std::string> unwritten, nondet;
-  for (const auto& [k, v1] : run1) {
-    const at::Tensor& v2 = run2.at(k);
+void guard_runs(CaseResult& res, const Case& c, const std::string& vid, const std::string& phase, const TwoRuns& r) {
+  res.guards.push_back({vid, phase + ": inputs unchanged", r.changed.empty(),
+                        r.changed.empty() ? "" : "modified in place: " + join_counts(r.changed)});
+  std::vector<std::string> unwritten = r.replaced, nondet;
+  for (const auto& [k, v1] : r.run1) {
+    const at::Tensor& v2 = r.run2.at(k);
     if (at::isFloatingType(v1.scalar_type())) {
-      const int64_t n = (at::isnan(v1) & (v2 == kSecondPoison)).sum().item<int64_t>();
+      // Still the second poison after run 2, and not that value after run 1: run 2 never wrote it. That is also
+      // every element neither run wrote (NaN, then the poison). An element only run 1 left NaN fails the checks,
+      // which read run 1; run 2's gaps would go unseen where the case declares the variant nondeterministic.
+      const int64_t n = ((v2 == kSecondPoison) & (v1 != kSecondPoison)).sum().item<int64_t>();
       if (n) unwritten.push_back(fmt::format("'{}' {} of {} elements", k, n, v1.numel()));
     }
     if (c.deterministic) {
@@ -190,15 +264,9 @@ void guard_run(CaseResult& res, const Case& c, const std::string& vid, const std
 void run_variant(CaseResult& res, const Case& c, const Op& op, const Variant& v, const CaseInputs& ci,
                  const Evaluated& ref, const std::optional<Evaluated>& naive, const RunOptions& opts) {
   const at::Device dev(v.device);
-  const TensorMap in = to_device(ci.inputs, dev);
-  const TensorMap in_before = clone_all(in);
-  const auto specs = op.output_specs(c.ctx, in);
-
-  TensorMap out1 = allocate(specs, dev, false);
-  v.forward(c.ctx, in, out1);
-  TensorMap out2 = allocate(specs, dev, true);
-  v.forward(c.ctx, in, out2);
-  guard_run(res, c, v.id, "forward", in_before, in, out1, out2);
+  const TensorMap in = own_copy(ci.inputs, dev);
+  const TwoRuns fwd = run_twice(op.output_specs(c.ctx, in), dev, in, [&](TensorMap& out) { v.forward(c.ctx, in, out); });
+  guard_runs(res, c, v.id, "forward", fwd);
 
   auto compare_all = [&](const TensorMap& actual, const TensorMap& expected_ref, const TensorMap* naive_map,
                          const std::string& prefix) {
@@ -213,7 +281,7 @@ void run_variant(CaseResult& res, const Case& c, const Op& op, const Variant& v,
           add_check(res, v.id, key, "golden", against_golden(p), t, *g, nv, opts.first_n, &expected_ref.at(key));
     }
   };
-  compare_all(out1, ref.outputs, naive ? &naive->outputs : nullptr, "");
+  compare_all(fwd.run1, ref.outputs, naive ? &naive->outputs : nullptr, "");
 
   if (!c.backward) return;
   if (!v.backward) {
@@ -222,21 +290,18 @@ void run_variant(CaseResult& res, const Case& c, const Op& op, const Variant& v,
     return;
   }
   const TensorMap gout = to_device(ci.grad_outputs, dev);
-  TensorMap saved = out1;  // the forward outputs a backward may read (tensors saved for backward)
+  const TensorMap& saved = fwd.run1;  // the forward outputs a backward may read (tensors saved for backward)
   TensorMap watched = in;
   for (const auto& [k, t] : saved) watched["saved:" + k] = t;
   for (const auto& [k, t] : gout) watched["grad_out:" + k] = t;
-  const TensorMap watched_before = clone_all(watched);
   std::vector<TensorSpec> grad_specs;
   for (const auto& name : op.grad_inputs)
     grad_specs.push_back({name, in.at(name).sizes().vec(), in.at(name).scalar_type()});
-  TensorMap g1 = allocate(grad_specs, dev, false);
-  v.backward(c.ctx, in, saved, gout, g1);
-  TensorMap g2 = allocate(grad_specs, dev, true);
-  v.backward(c.ctx, in, saved, gout, g2);
-  guard_run(res, c, v.id, "backward", watched_before, watched, g1, g2);
+  const TwoRuns bwd =
+      run_twice(grad_specs, dev, watched, [&](TensorMap& grads) { v.backward(c.ctx, in, saved, gout, grads); });
+  guard_runs(res, c, v.id, "backward", bwd);
   TensorMap named;
-  for (auto& [k, t] : g1) named["grad/" + k] = t;
+  for (const auto& [k, t] : bwd.run1) named["grad/" + k] = t;
   compare_all(named, ref.grads, naive ? &naive->grads : nullptr, "");
 }
 
@@ -285,6 +350,7 @@ CaseInputs prepare_inputs(const Case& c, const Registry& reg, const RunOptions& 
   if (c.golden) {
     ci.golden = find_golden(c, opts);
     check_golden_matches_case(*ci.golden, c);
+    check_golden_tensors(*ci.golden, c, op);
     for (const auto& name : op.inputs) {
       auto it = ci.golden->group("inputs").find(name);
       if (it == ci.golden->group("inputs").end())
@@ -334,7 +400,10 @@ CaseResult run_case(const Case& c, const Registry& reg, const RunOptions& opts) 
     // nothing (a production-shape CUDA case on a CPU machine), and is reported as skipped.
     std::vector<const Variant*> runnable;
     for (const auto& vid : c.variants) {
-      if (opts.only_variant && *opts.only_variant != vid) continue;
+      if (opts.only_variant && *opts.only_variant != vid) {
+        res.variants.push_back({vid, Status::skip, "not selected (--variant " + *opts.only_variant + ")"});
+        continue;
+      }
       if (auto s = c.skip.find(vid); s != c.skip.end()) {
         res.variants.push_back({vid, Status::skip, s->second});
         continue;

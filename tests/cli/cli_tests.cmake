@@ -14,6 +14,15 @@ parity_cli_test(duplicate_id 2 "duplicate_id/c.toml: duplicate case id 'hc_post/
 parity_cli_test(missing_golden 2 "golden 'hc/does_not_exist.h5' not found"
   run --cases-dir ${DATA}/bad/missing_golden --case hc_post/no_golden)
 parity_cli_test(unknown_case 2 "no case 'hc_post/nope'" run --case hc_post/nope)
+# A golden whose tensors are not the case's (its dtype, or its tokens) is refused, naming the dataset.
+parity_cli_test(golden_dtype_mismatch 2 "hc_post_tiny_bf16.h5: dataset '/inputs/residual' is \\[2, 32, 4, 64\\] bf16, but case 'hc_post/golden_dtype' .*needs \\[64, 4, 64\\] fp32"
+  run --cases-dir ${DATA}/bad/golden_mismatch --case hc_post/golden_dtype --cpu --no-color)
+parity_cli_test(golden_tokens_mismatch 2 "dataset '/inputs/comb' is \\[2, 32, 4, 4\\] fp32, but case 'hc_post/golden_tokens' .*needs \\[32, 4, 4\\] fp32"
+  run --cases-dir ${DATA}/bad/golden_mismatch --case hc_post/golden_tokens --cpu --no-color)
+parity_cli_test(golden_outside 2 "field 'golden': '../golden/hc/hc_post_tiny_bf16.h5': must be a relative path inside a golden directory"
+  list --cases-dir ${DATA}/bad/golden_outside)
+# A variant no selected case runs would skip every case and pass.
+parity_cli_test(variant_typo 2 "--variant cpu:V1: no selected case runs it" run --suite ci --cpu --variant cpu:V1)
 parity_cli_test(bad_flag 2 "bogus" run --bogus)
 # An output path that cannot be written is bad input too, named with the reason (parity/files.hpp).
 parity_cli_test(json_path_under_a_file 2 "README.md/out.json: cannot create its directory: Not a directory"
