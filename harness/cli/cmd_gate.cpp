@@ -58,7 +58,7 @@ void print_verdict(const GateReport& g, const GateArgs& a) {
   for (const auto& c : g.comparisons) {
     for (const auto& n : c.regressions)
       std::cout << fmt::format("\nREGRESSION {} [{}] {}: {} {} {:.6g} -> {:.6g} (baseline {})\n", c.case_id, c.path,
-                               c.direction, n.tensor, n.metric, n.baseline, n.candidate, c.baseline_commit);
+                               c.direction, n.tensor, n.metric, n.baseline, n.candidate, c.numerics_commit);
     if (c.perf && c.perf->verdict != Verdict::same && c.perf->verdict != Verdict::faster)
       std::cout << fmt::format("\n{} {} [{}] {}: x{:.3f} (p={:.3g}) {}{}\n", verdict_name(c.perf->verdict), c.case_id,
                                c.path, c.direction, c.perf->ratio, c.perf->p_value, c.perf->reason,

@@ -61,7 +61,7 @@ const HistoryRecord* perf_baseline(const Records& recs) {
 const HistoryRecord* numeric_baseline(const Records& recs) {
   const HistoryRecord& newest = *recs.back();
   for (size_t i = recs.size() - 1; i-- > 0;)
-    if (!recs[i]->numerics.empty() && recs[i]->device == newest.device && recs[i]->build_type == newest.build_type)
+    if (!recs[i]->numerics.empty() && same_numerics_setup(*recs[i], newest))
       return recs[i];
   return nullptr;
 }
@@ -99,7 +99,7 @@ void check_numerics(const Records& recs, Tally& t) {
 void check_steps(const Records& recs, const VerdictOptions& o, Tally& t) {
   const HistoryRecord& newest = *recs.back();
   if (newest.n == 0) return;
-  const double threshold = threshold_for(o, newest.mode);
+  const double threshold = threshold_for(o, newest);
   Records series;
   std::vector<double> medians, noise;
   for (const HistoryRecord* r : recs)

@@ -143,7 +143,7 @@ Case parse_case(const toml::table& t, const Constants& file_constants, const std
   reject_unknown_keys(t,
                       {"id", "covers", "dims", "dtype", "seed", "golden", "reference", "variants", "suites",
                        "backward", "deterministic", "policy", "golden_policy", "skip", "constants", "notes",
-                       "copy_target"},
+                       "copy_target", "perf_threshold"},
                       w, "");
   const auto slash = c.id.find('/');
   if (slash == std::string::npos || slash == 0 || slash + 1 == c.id.size())
@@ -245,6 +245,10 @@ Case parse_case(const toml::table& t, const Constants& file_constants, const std
       if (!(pct > 0 && pct <= 100)) fail(w, field, "must be a percentage in (0, 100]");
       c.copy_targets[key] = pct;
     }
+  if (t.contains("perf_threshold")) {
+    c.perf_threshold = number(*t.get("perf_threshold"), w, "perf_threshold");
+    if (!(c.perf_threshold > 0 && c.perf_threshold < 1)) fail(w, "perf_threshold", "must be a fraction in (0, 1)");
+  }
   // The cost model reads every dim and constant the op needs: missing ones fail here, not halfway through a run.
   try {
     (void)op->cost(c.ctx, false);

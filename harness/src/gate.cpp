@@ -129,7 +129,7 @@ std::string guard_line(const Guard& g) { return fmt::format("guard '{}': {}", g.
 
 std::string regression_line(const BaselineComparison& c, const NumericRegression& n) {
   return fmt::format("numeric regression {} {} {}: {:.6g} -> {:.6g} (baseline {})", c.direction, n.tensor, n.metric,
-                     n.baseline, n.candidate, c.baseline_commit.empty() ? "?" : c.baseline_commit);
+                     n.baseline, n.candidate, c.numerics_commit.empty() ? "?" : c.numerics_commit);
 }
 
 std::string perf_line(const BaselineComparison& c) {
@@ -299,7 +299,7 @@ std::vector<TableRow> table_rows(const GateReport& g, const PathRow& row) {
   for (const BaselineComparison* c : row.comparisons) {
     for (const auto& n : c->regressions)
       out.push_back({"📉 REGRESSION", path, fmt::format("{} {} {}", c->direction, n.tensor, n.metric),
-                     fmt::format("{:.6g} → {:.6g} (baseline {})", n.baseline, n.candidate, c->baseline_commit)});
+                     fmt::format("{:.6g} → {:.6g} (baseline {})", n.baseline, n.candidate, c->numerics_commit)});
     if (!c->perf) continue;
     const PerfVerdict& p = *c->perf;
     const std::string numbers = fmt::format("×{:.3f}, p={:.3g}: {}", p.ratio, p.p_value, p.reason);
@@ -365,6 +365,17 @@ const HistoryRecord* baseline_record(const std::map<std::string, Baseline>& base
   const std::string key = r.key();
   const auto it = records.lower_bound(key);
   return it != records.end() && it->second.key() == key ? &it->second : nullptr;
+}
+
+// r's numeric baseline: the record of its key from the same platform and build type, wherever it was timed (a CPU
+// run with --perf is stamped with the CPU model, one without with its platform).
+const HistoryRecord* numeric_baseline_record(const std::map<std::string, Baseline>& baselines, const HistoryRecord& r) {
+  const auto b = baselines.find(op_of(r.case_id));
+  if (b == baselines.end()) return nullptr;
+  const std::string key = r.key() + "|";
+  for (auto it = b->second.records.lower_bound(key); it != b->second.records.end() && it->first.starts_with(key); ++it)
+    if (same_numerics_setup(it->second, r)) return &it->second;
+  return nullptr;
 }
 
 // A path that could not be timed leaves the gate without the evidence it was asked for: a harness error.
@@ -441,11 +452,13 @@ std::vector<BaselineComparison> compare_with_baselines(const nlohmann::json& res
         c.perf = compare_perf_controlled(*base, cand, {in_baseline(cand_eager.same), in_baseline(cand_eager.other)},
                                          cand_eager, {});
       }
-      if (base->device == cand.device)
-        c.regressions = compare_numerics(*base, cand);
-      else
-        c.numerics_not_comparable = fmt::format("baseline numbers from device '{}', this run on '{}'", base->device,
-                                                cand.device);
+      if (const HistoryRecord* numbers = numeric_baseline_record(baselines, cand)) {
+        c.numerics_commit = numbers->commit;
+        c.regressions = compare_numerics(*numbers, cand);
+      } else
+        c.numerics_not_comparable =
+            fmt::format("no baseline numbers from platform '{}' ({} build); the baseline's are from '{}' ({})",
+                        cand.platform, cand.build_type, base->platform, base->build_type);
     }
   }
   return out;

@@ -66,6 +66,9 @@ std::pair<std::string, std::string> device_of(const json& case_j, const json& en
   return {gpu.substr(0, comma), gpu.substr(comma + 2)};
 }
 
+// The platform a document's numerics ran on: device_of without perf.
+std::string platform_of(const json& env) { return device_of(json::object(), env).first; }
+
 // The commit a results document was made at; a dirty tree is marked, since that commit alone does not reproduce it.
 std::string commit_of(const json& env) {
   std::string commit = env.value("commit", "");
@@ -86,6 +89,7 @@ void set_timing(HistoryRecord& r, const json& t) {
   r.n = t.value("n", 0);
   r.dropped_throttled = t.value("dropped_throttled", 0);
   r.samples_ms = t.value("samples_ms", std::vector<double>{});
+  r.threshold = number(t, "threshold");  // 0 where the case set none, and in records written before it could
 }
 
 NumericRecord numeric_from(const json& m) {
@@ -272,11 +276,13 @@ json to_json(const HistoryRecord& r) {
          {"direction", r.direction}, {"device", r.device},    {"driver", r.driver},
          {"commit", r.commit},       {"build_type", r.build_type}, {"source_hash", r.source_hash},
          {"date", r.date}};
+  if (!r.platform.empty() && r.platform != r.device) j["platform"] = r.platform;  // absent: read back as the device
   if (r.n > 0)
     j["timing"] = {{"mode", r.mode},         {"timing_method", r.method},      {"median_ms", r.median_ms},
                    {"q1_ms", r.q1_ms},       {"q3_ms", r.q3_ms},               {"min_ms", r.min_ms},  {"n", r.n},
                    {"rel_noise", r.rel_noise}, {"sm_clock_mhz", r.sm_clock_mhz}, {"host_probe_us", r.host_probe_us},
                    {"dropped_throttled", r.dropped_throttled}, {"samples_ms", r.samples_ms}};
+  if (r.n > 0 && r.threshold > 0) j["timing"]["threshold"] = r.threshold;
   if (!r.numerics.empty()) {
     json& n = j["numerics"];
     for (const auto& [name, m] : r.numerics) n[name] = numeric_json(m);
@@ -294,8 +300,10 @@ HistoryRecord history_record_from_json(const json& j, const std::string& where) 
     r.path = j.at("path").get<std::string>();
     r.direction = j.at("direction").get<std::string>();
     for (auto [field, key] : {std::pair{&r.device, "device"}, {&r.driver, "driver"}, {&r.commit, "commit"},
-                              {&r.build_type, "build_type"}, {&r.source_hash, "source_hash"}, {&r.date, "date"}})
+                              {&r.build_type, "build_type"}, {&r.source_hash, "source_hash"}, {&r.date, "date"},
+                              {&r.platform, "platform"}})
       *field = j.value(key, "");
+    if (r.platform.empty()) r.platform = r.device;
     if (const auto t = j.find("timing"); t != j.end()) set_timing(r, *t);
     if (const auto n = j.find("numerics"); n != j.end())
       for (const auto& [name, m] : n->items()) r.numerics[name] = numeric_from(m);
@@ -343,6 +351,7 @@ std::vector<HistoryRecord> records_from_results(const json& doc) {
           r.direction = direction;
           r.device = device;
           r.driver = driver;
+          r.platform = platform_of(env);
           r.commit = commit_of(env);
           r.build_type = env.value("build_type", "");
           r.date = env.value("date", "");
@@ -498,9 +507,10 @@ std::string incomparability(const HistoryRecord& b, const HistoryRecord& c) {
   return setup.empty() ? speed_change(b, c) : setup;
 }
 
-double threshold_for(const VerdictOptions& o, const std::string& mode) {
+double threshold_for(const VerdictOptions& o, const HistoryRecord& candidate) {
   if (o.threshold > 0) return o.threshold;
-  return mode == "cpu" ? kCpuThreshold : kGpuThreshold;
+  if (candidate.threshold > 0) return candidate.threshold;
+  return candidate.mode == "cpu" ? kCpuThreshold : kGpuThreshold;
 }
 
 PerfVerdict compare_perf(const HistoryRecord& b, const HistoryRecord& c, const VerdictOptions& o) {
@@ -529,7 +539,7 @@ PerfVerdict compare_perf(const HistoryRecord& b, const HistoryRecord& c, const V
                                             "scaling, a shared VM host)";
     return v;
   }
-  const double threshold = threshold_for(o, c.mode);
+  const double threshold = threshold_for(o, c);
   // Within kHostProbeApart the host's speed still moves the region (on the 2-core VM a stretch with the probe 1.29x
   // slower ran the same code 1.45x slower), but not always as the probe did (on an H200 host's CPU the probe 1.29x
   // faster, the same code as fast as before). So the candidate is judged both as measured and at the baseline's host
@@ -668,6 +678,11 @@ Controls controls_of(const HistoryRecord& r, const std::vector<HistoryRecord>& r
     if (e.path == "eager" && e.case_id == r.case_id && e.commit == r.commit && e.date == r.date)
       (e.direction == r.direction ? out.same : out.other) = &e;
   return out;
+}
+
+bool same_numerics_setup(const HistoryRecord& a, const HistoryRecord& b) {
+  const auto platform = [](const HistoryRecord& r) -> const std::string& { return r.platform.empty() ? r.device : r.platform; };
+  return platform(a) == platform(b) && a.build_type == b.build_type;
 }
 
 std::vector<NumericRegression> compare_numerics(const HistoryRecord& b, const HistoryRecord& c) {

@@ -404,6 +404,7 @@ PerfResult run_perf(const Case& c, const Registry& reg, const RunOptions& opts, 
   PerfResult r;
   r.ceilings = device_ceilings(false, opts.force_cpu);
   r.upstream = c.notes;
+  r.threshold = c.perf_threshold;
   if (dev.is_cuda()) {
     // Every GPU path runs on one side stream: graph mode captures on it, and an eager backward runs its kernels
     // on the stream its forward ran on, which must be the stream the timing events bracket.
@@ -429,6 +430,7 @@ nlohmann::json to_json(const PerfResult& p) {
   for (const auto& e : p.entries) {
     const Timing& t = e.timing;
     entries.push_back({{"path", e.path},
+                       {"threshold", p.threshold},
                        {"direction", e.direction},
                        {"mode", t.mode},
                        {"timing_method", t.method},

@@ -152,10 +152,13 @@ struct Baselined {
 bool timed(const HistoryRecord& r) { return r.n > 0 && r.median_ms > 0; }
 bool same_run(const HistoryRecord& a, const HistoryRecord& b) { return a.commit == b.commit && a.date == b.date; }
 
-// The history may already hold the run being reported (appended before the report was drawn): skip it.
-std::optional<HistoryRecord> baseline_of(const HistoryRecord& candidate, const std::vector<HistoryRecord>& history) {
+// The latest other run of the candidate's key that `fits` (the history may already hold the run being reported,
+// appended before the report was drawn: skipped).
+template <typename Fits>
+std::optional<HistoryRecord> baseline_of(const HistoryRecord& candidate, const std::vector<HistoryRecord>& history,
+                                         Fits fits) {
   for (auto it = history.rbegin(); it != history.rend(); ++it)
-    if (it->key() == candidate.key() && !same_run(*it, candidate)) return *it;
+    if (it->key() == candidate.key() && !same_run(*it, candidate) && fits(*it)) return *it;
   return std::nullopt;
 }
 
@@ -165,13 +168,15 @@ std::vector<Baselined> baselined(const json& doc, const std::vector<HistoryRecor
   for (const auto& candidate : records) {
     Baselined b;
     b.candidate = candidate;
-    b.baseline = baseline_of(b.candidate, history);
-    if (b.baseline) {
-      if (timed(b.candidate) && timed(*b.baseline))
-        b.perf = compare_perf_controlled(*b.baseline, b.candidate, controls_of(*b.baseline, history),
-                                         controls_of(b.candidate, records));
-      b.numeric = compare_numerics(*b.baseline, b.candidate);
-    }
+    b.baseline = baseline_of(b.candidate, history, [](const HistoryRecord&) { return true; });
+    if (b.baseline && timed(b.candidate) && timed(*b.baseline))
+      b.perf = compare_perf_controlled(*b.baseline, b.candidate, controls_of(*b.baseline, history),
+                                       controls_of(b.candidate, records));
+    // Numbers only against numbers from the same platform and build type: another device's differ by design.
+    if (const auto numbers = baseline_of(b.candidate, history, [&](const HistoryRecord& r) {
+          return !r.numerics.empty() && same_numerics_setup(r, b.candidate);
+        }))
+      b.numeric = compare_numerics(*numbers, b.candidate);
     out.push_back(std::move(b));
   }
   return out;

@@ -140,6 +140,19 @@ TEST(CaseFile, CopyTargets) {
             std::string::npos);
 }
 
+TEST(CaseFile, PerfThreshold) {
+  EXPECT_EQ(parse_cases(post_case("seed = 1"), "cases/t.toml", Registry::global()).at(0).perf_threshold, 0);
+  EXPECT_EQ(parse_cases(post_case("seed = 1\nperf_threshold = 0.1"), "cases/t.toml", Registry::global()).at(0).perf_threshold,
+            0.1);
+  for (const char* bad : {"0", "1", "-0.1", "nan"})
+    EXPECT_NE(error_of(post_case(std::string("seed = 1\nperf_threshold = ") + bad))
+                  .find("field 'perf_threshold': must be a fraction in (0, 1)"),
+              std::string::npos)
+        << bad;
+  EXPECT_NE(error_of(post_case("seed = 1\nperf_threshold = \"10%\"")).find("field 'perf_threshold': must be a number"),
+            std::string::npos);
+}
+
 TEST(CaseFile, BadTolerance) {
   std::string pol = kHcPostPolicies;
   pol.replace(pol.find("ulp<=1"), 6, "ulp<=-1");

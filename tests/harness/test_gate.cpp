@@ -122,7 +122,7 @@ BaselineComparison comparison(const std::string& case_id, const std::string& pat
   c.path = path;
   c.direction = "fwd";
   c.has_baseline = true;
-  c.baseline_commit = "abc123";
+  c.baseline_commit = c.numerics_commit = "abc123";
   return c;
 }
 
@@ -236,7 +236,7 @@ TEST(GateBaselines, NumbersThatGrewAreRegressionsOnTheSameDeviceOnly) {
   // The same key taken on another device too (another CPU platform), with smaller numbers: the run's own device's
   // record decides.
   HistoryRecord other = base;
-  other.device = "cpu AuthenticAMD AVX512-elsewhere";
+  other.device = other.platform = "cpu AuthenticAMD AVX512-elsewhere";
   other.numerics.at("out vs ref:fp64").max_ulp = 0;
   b.records[baseline_key(other)] = other;
   base.numerics.at("out vs ref:fp64").max_ulp = 2;
@@ -250,7 +250,20 @@ TEST(GateBaselines, NumbersThatGrewAreRegressionsOnTheSameDeviceOnly) {
   cmp = compare_with_baselines(doc, {{"hc_post", b}});
   EXPECT_TRUE(cmp[0].has_baseline);
   EXPECT_TRUE(cmp[0].regressions.empty());
-  EXPECT_CONTAINS(cmp[0].numerics_not_comparable, "baseline numbers from device 'cpu AuthenticAMD AVX512-elsewhere'");
+  EXPECT_CONTAINS(cmp[0].numerics_not_comparable, "the baseline's are from 'cpu AuthenticAMD AVX512-elsewhere'");
+
+  // The same platform timed (a CPU run with --perf is stamped with the CPU model and its threads): its numbers are
+  // compared all the same.
+  HistoryRecord timed_there = base;
+  timed_there.device = "Some CPU model (2 threads)";
+  b.records[baseline_key(timed_there)] = timed_there;
+  cmp = compare_with_baselines(doc, {{"hc_post", b}});
+  ASSERT_EQ(cmp[0].regressions.size(), 0u) << "max_ulp 2 against 2";
+  timed_there.numerics.at("out vs ref:fp64").max_ulp = 1;
+  b.records[baseline_key(timed_there)] = timed_there;
+  cmp = compare_with_baselines(doc, {{"hc_post", b}});
+  EXPECT_TRUE(cmp[0].numerics_not_comparable.empty());
+  ASSERT_EQ(cmp[0].regressions.size(), 1u);
 
   cmp = compare_with_baselines(doc, {});
   EXPECT_FALSE(cmp[0].has_baseline);

@@ -167,6 +167,24 @@ TEST(ComparePerf, DefaultThresholdFollowsTheTimingMode) {
   EXPECT_NE(gpu.reason.find("(> 5.0%)"), std::string::npos) << gpu.reason;
 }
 
+// A case's perf_threshold replaces the mode's default, and travels with its records through the history's JSON; an
+// explicit --threshold still wins.
+TEST(ComparePerf, TheCasesThresholdReplacesTheDefault) {
+  std::mt19937_64 rng(19);
+  HistoryRecord base = timed(draw(rng, 1.0, 30)), cand = timed(draw(rng, 1.15, 30));
+  base.mode = cand.mode = "cold";
+  cand.threshold = 0.3;
+  const HistoryRecord stored = history_record_from_json(to_json(cand), "test");
+  EXPECT_EQ(stored.threshold, 0.3);
+  const PerfVerdict v = compare_perf(base, stored);
+  EXPECT_EQ(v.verdict, Verdict::ambiguous) << v.reason;
+  EXPECT_NE(v.reason.find("(<= 30.0%)"), std::string::npos) << v.reason;
+  EXPECT_EQ(compare_perf(base, stored, {.threshold = 0.05}).verdict, Verdict::slower);
+  cand.threshold = 0;
+  EXPECT_EQ(history_record_from_json(to_json(cand), "test").threshold, 0);
+  EXPECT_EQ(compare_perf(base, cand).verdict, Verdict::slower);
+}
+
 TEST(ComparePerf, ChangedSetupIsNotComparable) {
   std::mt19937_64 rng(13);
   const HistoryRecord base = timed(draw(rng, 1.0, 30));

@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <parity/error.hpp>
@@ -208,7 +209,7 @@ HistoryRecord timed_record(const std::string& commit, double median, int i) {
   r.build_type = "release";
   r.source_hash = "h";
   r.commit = commit;
-  r.date = "2025-01-" + std::to_string(10 + i);
+  r.date = fmt::format("2025-01-{}", 10 + i);
   r.n = 20;
   for (int k = 0; k < 20; ++k) r.samples_ms.push_back(median * (1 + 0.002 * (k % 5 - 2)));
   r.median_ms = median;
@@ -221,7 +222,7 @@ HistoryRecord timed_record(const std::string& commit, double median, int i) {
 
 TEST(Report, TrendChartDrawsTheHistoryWithItsStep) {
   std::vector<HistoryRecord> history;
-  for (int i = 0; i < 12; ++i) history.push_back(timed_record("c" + std::to_string(i), i < 8 ? 1.0 : 1.3, i));
+  for (int i = 0; i < 12; ++i) history.push_back(timed_record(fmt::format("c{}", i), i < 8 ? 1.0 : 1.3, i));
   const auto trends = svgs(render(kSmall, history), "trend");
   ASSERT_EQ(trends.size(), 1u);
   EXPECT_EQ(count(trends[0], "<polyline"), 1u);

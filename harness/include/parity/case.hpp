@@ -25,6 +25,9 @@
 //   "cuda:hf" = "not implemented yet"
 //   [case.copy_target]               # "<variant>/<fwd|bwd>" -> least % of the measured copy rate `--perf` must show
 //   "cuda:v1/fwd" = 85
+//   perf_threshold = 0.10            # (a key of the case, before its tables) the gap between timings' [q1,q3]
+//                                    # intervals a SLOWER/FASTER verdict needs, relative to the baseline median;
+//                                    # default by where it is timed (history.hpp: 5% GPU, 25% CPU)
 #pragma once
 #include <parity/op.hpp>
 #include <parity/policy.hpp>
@@ -56,6 +59,7 @@ struct Case {
   // Perf: reference speeds from upstream, for the report, and floors on a path's share of the copy rate.
   std::map<std::string, std::string> notes;
   std::map<std::string, double> copy_targets;  // "<variant>/<fwd|bwd>" -> percent
+  double perf_threshold = 0;                    // 0: by the timing's mode (history.hpp kGpuThreshold, kCpuThreshold)
 };
 
 // Loads every *.toml under each directory. Throws InputError naming

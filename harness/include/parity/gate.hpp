@@ -40,8 +40,10 @@ struct BaselineComparison {
   bool has_baseline = false;
   std::string baseline_commit, baseline_date;
   std::optional<PerfVerdict> perf;  // when both sides were timed
-  // Numbers are compared only between runs on the same device: the reference itself runs on the GPU when there is
-  // one, so a CPU path's error can move by a rounding step between machines without any code change.
+  // Numbers are compared only between runs on the same platform (HistoryRecord::platform) and build type: the
+  // reference itself runs on the GPU when there is one, so a CPU path's error can move by a rounding step between
+  // machines without any code change. Their baseline can be another record of the key than the timing's.
+  std::string numerics_commit;          // the commit of the numbers compared
   std::string numerics_not_comparable;  // why, when not compared
   std::vector<NumericRegression> regressions;
   std::string key() const { return case_id + "|" + path + "|" + direction; }

@@ -1,9 +1,11 @@
 // History of results and the verdicts drawn from it.
 //
 // Store: reports/history/<op>.jsonl, one JSON object per line, appended, never rewritten (diff-friendly):
-//   {"schema": "parity.history/1", "case", "path", "direction", "device", "driver", "commit", "build_type",
+//   {"schema": "parity.history/1", "case", "path", "direction", "device", "driver", "platform" (where not the device), "commit",
+//    "build_type",
 //    "source_hash" (sha256 of the path's source files), "date", "timing": {mode, median_ms, q1_ms, q3_ms, min_ms,
-//    n, rel_noise, sm_clock_mhz, host_probe_us, dropped_throttled, samples_ms}, "numerics": {"<tensor> vs
+//    n, rel_noise, sm_clock_mhz, host_probe_us, dropped_throttled, samples_ms, threshold (the case's
+//    perf_threshold, where it sets one)}, "numerics": {"<tensor> vs
 //    <against>": {max_ulp, max_abs, mean_abs}}}
 // ("timing" only for a timed path, "numerics" only where checks ran; the file is named by the op of the case id
 // "<op>/<name>".) A record's key is (case, path, direction). Device, driver, build type, timing mode, SM clock and
@@ -31,9 +33,14 @@ struct NumericRecord {
 struct HistoryRecord {
   std::string case_id, path, direction;  // the key
   std::string device, driver, commit, build_type, source_hash, date;
+  // What its numerics depend on: the environment's GPU, or without one the CPU platform (results.hpp cpu_platform),
+  // whether or not the run was timed (a CPU timing's device is the CPU model and thread count). Records written
+  // before it was recorded read it as their device.
+  std::string platform;
   std::string mode;  // timing mode: "cold", "hot", "graph", "cpu"
   int method = 1;    // timing_method() of perf.hpp; 1 in records written before it was recorded
   double median_ms = 0, q1_ms = 0, q3_ms = 0, min_ms = 0, rel_noise = 0, sm_clock_mhz = 0, host_probe_us = 0;
+  double threshold = 0;  // the case's perf_threshold when it was timed; 0: by the timing's mode
   int n = 0, dropped_throttled = 0;
   std::vector<double> samples_ms;
   std::map<std::string, NumericRecord> numerics;  // "<tensor> vs <against>"
@@ -73,7 +80,8 @@ std::string verdict_name(Verdict v);  // "FASTER", "SLOWER", "SAME", "AMBIGUOUS"
 constexpr double kGpuThreshold = 0.05, kCpuThreshold = 0.25;
 
 struct VerdictOptions {
-  double threshold = 0;     // relative gap between the intervals needed for FASTER/SLOWER; 0: by the timing's mode
+  double threshold = 0;     // relative gap between the intervals needed for FASTER/SLOWER; 0: the candidate's case's
+                            // (HistoryRecord::threshold), else by the timing's mode
   double alpha = 0.002;     // Mann-Whitney U two-sided p-value needed
   int min_samples = 10;
 };
@@ -146,8 +154,9 @@ PerfVerdict compare_perf_controlled(const HistoryRecord& baseline, const History
 // The eager records of the run `r` came from (same case, commit and date) among `records`, where there: the
 // controls compare_perf_controlled takes.
 Controls controls_of(const HistoryRecord& r, const std::vector<HistoryRecord>& records);
-// o.threshold when set, else kCpuThreshold for mode "cpu" and kGpuThreshold for the GPU modes.
-double threshold_for(const VerdictOptions& o, const std::string& mode);
+// o.threshold when set, else the candidate's case's (HistoryRecord::threshold), else kCpuThreshold for mode "cpu" and
+// kGpuThreshold for the GPU modes.
+double threshold_for(const VerdictOptions& o, const HistoryRecord& candidate);
 
 // Two-sided Mann-Whitney U test p-value: exact (the U distribution by recursion) without ties when
 // n1*n2 <= 2500, else the normal approximation with tie and continuity correction (scipy's "asymptotic").
@@ -161,6 +170,9 @@ struct NumericRegression {
   double baseline = 0, candidate = 0;
 };
 std::vector<NumericRegression> compare_numerics(const HistoryRecord& baseline, const HistoryRecord& candidate);
+// Whether two records' numerics can be compared: the same platform and build type (LibTorch's CPU kernels sum in
+// the order of their ISA; a debug build may contract differently).
+bool same_numerics_setup(const HistoryRecord& a, const HistoryRecord& b);
 
 // Step detection over a series (asv-style piecewise-constant fit, L1 cost with a BIC-like penalty): the indices
 // where a new level starts. Slow creep over many small commits shows as several steps: compare the first step's

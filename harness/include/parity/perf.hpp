@@ -80,6 +80,7 @@ struct PerfResult {
   DeviceCeilings ceilings;
   std::vector<PerfEntry> entries;
   std::map<std::string, std::string> upstream;  // reference speeds from upstream named by the case (notes)
+  double threshold = 0;  // the case's perf_threshold (0: none), carried with every entry into the history
 };
 
 nlohmann::json to_json(const PerfResult& p);
