@@ -38,6 +38,9 @@ int append(const std::string& results, const fs::path& dir) {
 
 struct Tally {
   std::map<Verdict, int> verdicts;
+  // eager's: the naive composition times the machine beside each path (the control), and is never gated itself, as
+  // in the gate: a slower eager beside an unchanged kernel is a slower host
+  std::map<Verdict, int> eager;
   int numeric_regressions = 0, creeping = 0, first_records = 0;
 };
 
@@ -76,7 +79,7 @@ void check_perf(const Records& recs, const std::vector<HistoryRecord>& all, cons
     return;
   }
   const PerfVerdict v = compare_perf_controlled(*base, newest, controls_of(*base, all), controls_of(newest, all), o);
-  ++t.verdicts[v.verdict];
+  ++(newest.path == "eager" ? t.eager : t.verdicts)[v.verdict];
   std::cout << fmt::format("  perf    {:<14} x{:.3f}  p={:.2g}  {} ({}) vs baseline {} ({})\n", verdict_name(v.verdict), v.ratio,
                            v.p_value, ms(newest.median_ms), at(newest), ms(base->median_ms), at(*base));
   std::cout << fmt::format("          {}\n", v.reason);
@@ -143,6 +146,11 @@ int check(const fs::path& dir, const std::string& case_id, const VerdictOptions&
     verdicts += fmt::format("{} {}, ", t.verdicts[v], verdict_name(v));
   std::cout << fmt::format("\nhistory: {} keys: {}{} first timed; {} numeric regressions; {} creeping\n", by_key.size(),
                            verdicts, t.first_records, t.numeric_regressions, t.creeping);
+  if (!t.eager.empty()) {
+    std::string eager;
+    for (const auto& [v, n] : t.eager) eager += fmt::format("{}{} {}", eager.empty() ? "" : ", ", n, verdict_name(v));
+    std::cout << fmt::format("eager (the control, not gated): {}\n", eager);
+  }
   const bool fail = t.verdicts[Verdict::slower] > 0 || t.numeric_regressions > 0 ||
                     (fail_on_ambiguous && t.verdicts[Verdict::ambiguous] > 0);
   return fail ? 1 : 0;
@@ -167,7 +175,7 @@ Command add_history(CLI::App& app) {
   chk->add_option("--case", st->case_id, "only this case id");
   chk->add_option("--threshold", st->verdict.threshold,
                   "relative gap between the [q1,q3] intervals needed for SLOWER/FASTER; also the creep limit "
-                  "(default: 0.05 for GPU timings, 0.25 for CPU)")
+                  "(default: the case's perf_threshold, else 0.05 for GPU timings, 0.25 for CPU)")
       ->check(CLI::PositiveNumber);
   chk->add_flag("--fail-on-ambiguous", st->fail_on_ambiguous, "exit 1 on an AMBIGUOUS verdict too");
   return {history, [st, add] {

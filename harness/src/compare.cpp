@@ -1540,7 +1540,9 @@ Metrics compare(const at::Tensor& actual, const at::Tensor& expected, const Comp
   const double norm_a = std::sqrt(t.sum_aa), norm_e = std::sqrt(t.sum_ee), norm_diff = std::sqrt(t.sum_dd);
   m.rel_l2 = norm_e > 0 ? norm_diff / norm_e : (norm_diff > 0 ? std::numeric_limits<double>::infinity() : 0.0);
   // Two zero vectors point the same way as far as a parity check cares; one zero vector does not.
-  m.cosine = norm_a > 0 && norm_e > 0 ? t.sum_ae / (norm_a * norm_e) : (norm_a == norm_e ? 1.0 : 0.0);
+  // Clamped: the rounding of the three sums can put identical tensors a bit past 1.
+  m.cosine = norm_a > 0 && norm_e > 0 ? std::clamp(t.sum_ae / (norm_a * norm_e), -1.0, 1.0)
+                                      : (norm_a == norm_e ? 1.0 : 0.0);
   return m;
 }
 

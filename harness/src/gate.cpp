@@ -240,15 +240,17 @@ std::string junit_testcase(const GateReport& g, const PathRow& row) {
   return x + "    </testcase>\n";
 }
 
-std::string junit_suite_attrs(const std::string& name, const std::vector<const PathRow*>& rows, double seconds) {
-  int failures = 0, errors = 0, skipped = 0;
+// gate_errors: the gate's own errors, one testcase of their own (counted in the document's totals too).
+std::string junit_suite_attrs(const std::string& name, const std::vector<const PathRow*>& rows, double seconds,
+                              int gate_errors = 0) {
+  int failures = 0, errors = gate_errors, skipped = 0;
   for (const PathRow* r : rows) {
     failures += r->outcome() == Status::fail;
     errors += r->outcome() == Status::error;
     skipped += r->outcome() == Status::skip;
   }
   return fmt::format(R"(name="{}" tests="{}" failures="{}" errors="{}" skipped="{}" time="{:.3f}")", attr(name),
-                     rows.size(), failures, errors, skipped, seconds);
+                     rows.size() + gate_errors, failures, errors, skipped, seconds);
 }
 
 // --- Markdown ----------------------------------------------------------------------------------------------------
@@ -508,11 +510,33 @@ int gate_exit_code(const GateReport& r) {
   return regressed ? 1 : 0;
 }
 
+// The length of the UTF-8 sequence starting at s[i], or 0 where it is not one (a lone continuation byte, a lead byte
+// without its continuations, an overlong or surrogate form): messages quote bytes of the user's files as they are.
+size_t utf8_sequence(const std::string& s, size_t i) {
+  const auto at = [&](size_t k) { return k < s.size() ? static_cast<unsigned char>(s[k]) : 0u; };
+  const unsigned c = at(i);
+  const size_t n = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+  if (n == 0) return 0;
+  for (size_t k = 1; k < n; ++k)
+    if ((at(i + k) & 0xC0) != 0x80) return 0;
+  const unsigned c1 = at(i + 1);
+  if ((c == 0xE0 && c1 < 0xA0) || (c == 0xED && c1 >= 0xA0) || (c == 0xF0 && c1 < 0x90) || (c == 0xF4 && c1 >= 0x90))
+    return 0;
+  return n;
+}
+
 std::string xml_escape(const std::string& s, bool attribute) {
   std::string o;
   o.reserve(s.size());
-  for (const char ch : s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char ch = s[i];
     const auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x80) {  // well-formed UTF-8 as it is; any other byte as U+FFFD, which a parser accepts
+      const size_t n = utf8_sequence(s, i);
+      o += n ? s.substr(i, n) : std::string("\xEF\xBF\xBD");
+      i += n ? n - 1 : 0;
+      continue;
+    }
     switch (c) {
       case '&': o += "&amp;"; break;
       case '<': o += "&lt;"; break;
@@ -541,7 +565,7 @@ std::string junit_xml(const GateReport& g) {
   for (const auto& [_, s] : seconds) total += s;
 
   std::string x = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  x += fmt::format("<testsuites {}>\n", junit_suite_attrs("parity gate", all, total));
+  x += fmt::format("<testsuites {}>\n", junit_suite_attrs("parity gate", all, total, g.errors.empty() ? 0 : 1));
   if (!g.errors.empty()) {
     x += "  <testsuite name=\"gate\" tests=\"1\" failures=\"0\" errors=\"1\" skipped=\"0\" time=\"0\">\n";
     x += fmt::format("    <testcase classname=\"gate\" name=\"gate\">\n      <error message=\"{}\" type=\"harness\">{}"

@@ -209,9 +209,10 @@ Verdict check(const AllClose& p, const Inputs& in) {
   const at::Tensor a64 = in.actual.to(at::kDouble), e64 = in.expected.to(at::kDouble);
   const at::Tensor abs_err = abs_error64(a64, e64);
   const at::Tensor tolerance = e64.abs().mul(p.rtol).add(p.atol);
-  // NaN positions answer to the NaN rule alone; an Inf mismatch has abs_err Inf and lands outside.
+  // NaN positions answer to the NaN rule alone; an Inf mismatch has abs_err Inf and lands outside. An exact element is
+  // inside whatever its tolerance: with rtol = 0 that of an infinite e is 0 * Inf = NaN.
   const at::Tensor considered = a64.isnan().logical_or(e64.isnan()).logical_not();
-  const at::Tensor outside = considered.logical_and(abs_err.le(tolerance).logical_not());
+  const at::Tensor outside = considered.logical_and(abs_err.gt(0)).logical_and(abs_err.le(tolerance).logical_not());
   const int64_t n_outside = outside.sum().item<int64_t>();
 
   Verdict v;

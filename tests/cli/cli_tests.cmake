@@ -108,3 +108,6 @@ set_tests_properties(cli/bisect_commits PROPERTIES LABELS cli)
 add_test(NAME cli/bisect_perf COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/bisect_perf.sh $<TARGET_FILE:parity>
   ${DATA}/slow)
 set_tests_properties(cli/bisect_perf PROPERTIES LABELS cli RUN_SERIAL ON ENVIRONMENT OMP_NUM_THREADS=1)
+# Eager times the machine and is never gated: eager SLOWER x1.5 beside an unchanged cuda:v1 (NOT-COMPARABLE) passes.
+parity_cli_test(history_check_eager_not_gated 0 "eager \\(the control, not gated\\): 1 SLOWER"
+  history check --dir ${DATA}/history_eager)

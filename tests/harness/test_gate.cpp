@@ -277,6 +277,9 @@ TEST(JUnit, Escaping) {
   EXPECT_EQ(xml_escape("line\nnext\ttab", true), "line&#10;next&#9;tab");
   EXPECT_EQ(xml_escape(std::string("nul\x01") + "\x1b[31m"), "nul\xEF\xBF\xBD\xEF\xBF\xBD[31m");
   EXPECT_EQ(xml_escape("±1 ulp → µ"), "±1 ulp → µ");  // UTF-8 passes through
+  // A byte that is not UTF-8 (quoted from a user's file) would make the document unreadable: U+FFFD instead.
+  EXPECT_EQ(xml_escape("a\xFF" "b\xC3" "c\xE2\x86" "d\xED\xA0\x80"),
+            "a\xEF\xBF\xBD" "b\xEF\xBF\xBD" "c\xEF\xBF\xBD\xEF\xBF\xBD" "d\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
 }
 
 TEST(JUnit, OneTestcasePerCaseAndPath) {
@@ -307,6 +310,8 @@ TEST(JUnit, GateErrorIsATestcase) {
   const std::string xml = junit_xml(g);
   EXPECT_TRUE(well_formed(xml)) << xml;
   EXPECT_CONTAINS(xml, R"(<error message="no case &apos;hc_post/nope&apos; &lt;here&gt;" type="harness">)");
+  // The document's totals count it.
+  EXPECT_CONTAINS(xml, R"(<testsuites name="parity gate" tests="1" failures="0" errors="1" skipped="0")");
 }
 
 // --- Markdown --------------------------------------------------------------------------------------------------

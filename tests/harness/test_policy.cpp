@@ -218,6 +218,15 @@ TEST(Evaluate, AllCloseBoundaryIsInclusive) {
       << r.detail;
 }
 
+// The same infinity on both sides is no error, even where the tolerance atol + 0 * Inf is NaN.
+TEST(Evaluate, AllCloseWithoutRtolPassesTheSameInfinity) {
+  for (const char* text : {"allclose(atol=1e-5, rtol=0)", "allclose(atol=0, rtol=0)"}) {
+    const CheckResult r = evaluate(parse(text), vec({kInf, -kInf, 1}), vec({kInf, -kInf, 1}));
+    EXPECT_TRUE(r.pass) << text << ": " << r.summary;
+  }
+  EXPECT_FALSE(evaluate(parse("allclose(atol=1e-5, rtol=0)"), vec({1, -kInf, 1}), vec({kInf, -kInf, 1})).pass);
+}
+
 TEST(Evaluate, AllCloseRtolAloneStillBoundsTheError) {
   const Policy p = parse("allclose(atol=0, rtol=0.01)");
   EXPECT_TRUE(evaluate(p, vec({101}, at::kDouble), vec({100}, at::kDouble)).pass);
