@@ -140,6 +140,9 @@ struct Verdict {
   int64_t unlisted_mismatches = 0;    // differing elements compare() does not list (bitwise: signed zeros)
   std::vector<std::string> notes;     // extra detail lines
   double bound_max = 0, bound_mean = 0;
+  // Where the policy bounds each element (allclose, ulp<=N): the finite elements past their bound. The mismatch
+  // report then counts and lists these, as assert_close does, not every element that differs bitwise.
+  std::optional<at::Tensor> outside;
 };
 
 // What every checker sees.
@@ -198,10 +201,27 @@ Verdict check(const Bitwise& p, const Inputs& in) {
   return v;
 }
 
+// Elements more than n ULPs apart in `type` (the dtype compare() counted in), NaN positions left out: the ordered
+// magnitudes of the two sides, which add across zero (+0 and -0 are both 0), clamped to n + 1 so nothing overflows.
+at::Tensor ulp_outside(const at::Tensor& actual, const at::Tensor& expected, at::ScalarType type, int64_t n) {
+  const auto ints = [&](const at::Tensor& t) {
+    const at::Tensor x = t.to(type).contiguous();
+    const at::ScalarType view = x.element_size() == 2 ? at::kShort : x.element_size() == 4 ? at::kInt : at::kLong;
+    return x.view(view).to(at::kLong);
+  };
+  const at::Tensor a = ints(actual), e = ints(expected);
+  const int64_t magnitude = (int64_t{1} << (8 * at::elementSize(type) - 1)) - 1;
+  const at::Tensor ma = a.bitwise_and(magnitude), me = e.bitwise_and(magnitude);
+  const at::Tensor across = a.lt(0).ne(e.lt(0));
+  const at::Tensor apart = at::where(across, ma.clamp_max(n + 1) + me.clamp_max(n + 1), (ma - me).abs());
+  return apart.gt(n).logical_and(actual.isnan().logical_or(expected.isnan()).logical_not());
+}
+
 Verdict check(const Ulp& p, const Inputs& in) {
   Verdict v;
   v.within = in.m.max_ulp <= p.max_ulp;
   v.measured = fmt::format("max ulp {} in {} (<= {} allowed)", in.m.max_ulp, in.m.dtype, p.max_ulp);
+  if (!v.within) v.outside = ulp_outside(in.actual, in.expected, parse_dtype(in.m.dtype, "metrics"), p.max_ulp);
   return v;
 }
 
@@ -228,8 +248,7 @@ Verdict check(const AllClose& p, const Inputs& in) {
   if (!in.m.worst_abs_index.empty()) {
     v.allowed_abs = p.atol + p.rtol * std::fabs(value_at(e64, in.m.worst_abs_index));
   }
-  v.notes.push_back(
-      fmt::format("Elements outside |a-e| <= {:g} + {:g}|e|: {} / {}", p.atol, p.rtol, n_outside, in.m.numel));
+  v.outside = outside;
   return v;
 }
 
@@ -280,16 +299,47 @@ std::string mismatch_line(const Mismatch& x, at::ScalarType actual_type, at::Sca
                      format_value(x.expected, expected_type), distance);
 }
 
-// PyTorch assert_close style: counts, the greatest differences, then the first mismatching elements.
-std::string mismatch_report(const Inputs& in, const Verdict& v, bool nan_expected) {
+// The first n elements of `mask` (row-major), as compare() lists its first mismatches.
+std::vector<Mismatch> first_of(const at::Tensor& mask, const Inputs& in, int n) {
+  const at::Tensor flat = mask.reshape({-1}).nonzero().reshape({-1});
+  const at::Tensor a = in.actual.reshape({-1}).to(at::kDouble), e = in.expected.reshape({-1}).to(at::kDouble);
+  const at::ScalarType type = parse_dtype(in.m.dtype, "metrics");
+  std::vector<Mismatch> out;
+  for (int64_t i = 0; i < std::min<int64_t>(n, flat.numel()); ++i) {
+    const int64_t at = flat[i].item<int64_t>();
+    Mismatch x;
+    for (int64_t rest = at, d = in.actual.dim() - 1; d >= 0; --d) {
+      x.index.insert(x.index.begin(), rest % in.actual.size(d));
+      rest /= in.actual.size(d);
+    }
+    x.actual = a[at].item<double>();
+    x.expected = e[at].item<double>();
+    const bool nan = std::isnan(x.actual) || std::isnan(x.expected);
+    x.abs_diff = nan ? std::numeric_limits<double>::quiet_NaN() : std::fabs(x.actual - x.expected);
+    x.ulp = nan ? -1 : ulp_distance(x.actual, x.expected, type);
+    out.push_back(x);
+  }
+  return out;
+}
+
+// PyTorch assert_close style: counts, the greatest differences, then the first mismatching elements: those past their
+// own bound where the policy bounds each element, else those that differ at all.
+std::string mismatch_report(const Inputs& in, const Verdict& v, bool nan_expected, int first_n) {
   const Metrics& m = in.m;
   // compare() lists NaN-vs-NaN positions too unless NaN is expected there; bitwise_diff counts them equal.
-  const int64_t both_nan = nan_expected ? 0 : in.actual.isnan().logical_and(in.expected.isnan()).sum().item<int64_t>();
-  const int64_t listable = m.bitwise_diff + both_nan;
-  const int64_t mismatched = listable + v.unlisted_mismatches;
+  const at::Tensor both_nan_at = in.actual.isnan().logical_and(in.expected.isnan());
+  const int64_t both_nan = nan_expected ? 0 : both_nan_at.sum().item<int64_t>();
+  std::optional<at::Tensor> bad;  // the elements past their bound, and the NaN mismatches
+  if (v.outside) {
+    const at::Tensor nan_mismatch = in.actual.isnan().logical_xor(in.expected.isnan());
+    bad = v.outside->logical_or(nan_mismatch).logical_or(nan_expected ? at::zeros_like(both_nan_at) : both_nan_at);
+  }
+  const int64_t listable = bad ? bad->sum().item<int64_t>() : m.bitwise_diff + both_nan;
+  const int64_t mismatched = listable + (bad ? 0 : v.unlisted_mismatches);
   std::vector<std::string> lines;
-  lines.push_back(fmt::format("Mismatched elements: {} / {} ({:.1f}%)", mismatched, m.numel,
-                              m.numel == 0 ? 0.0 : 100.0 * static_cast<double>(mismatched) / m.numel));
+  lines.push_back(fmt::format("Mismatched elements: {} / {} ({:.1f}%){}", mismatched, m.numel,
+                              m.numel == 0 ? 0.0 : 100.0 * static_cast<double>(mismatched) / m.numel,
+                              bad ? fmt::format(" past the tolerance ({} differ bitwise)", m.bitwise_diff) : ""));
   if (!m.worst_abs_index.empty()) {
     const std::string allowed = v.allowed_abs ? fmt::format(" (up to {:.2e} allowed)", *v.allowed_abs) : "";
     lines.push_back(fmt::format("Greatest absolute difference: {:.2e} at index {}{}", m.max_abs,
@@ -310,12 +360,10 @@ std::string mismatch_report(const Inputs& in, const Verdict& v, bool nan_expecte
   if (m.inf_mismatch > 0) lines.push_back(fmt::format("Inf mismatches: {}", m.inf_mismatch));
   lines.insert(lines.end(), v.notes.begin(), v.notes.end());
   lines.push_back(histogram_line(m));
-  for (const Mismatch& x : m.first) {
-    lines.push_back(mismatch_line(x, in.actual.scalar_type(), in.expected.scalar_type()));
-  }
-  if (listable > static_cast<int64_t>(m.first.size())) {
-    lines.push_back(fmt::format("  ... and {} more", listable - static_cast<int64_t>(m.first.size())));
-  }
+  const std::vector<Mismatch> listed = bad ? first_of(*bad, in, first_n) : m.first;
+  for (const Mismatch& x : listed) lines.push_back(mismatch_line(x, in.actual.scalar_type(), in.expected.scalar_type()));
+  if (listable > static_cast<int64_t>(listed.size()))
+    lines.push_back(fmt::format("  ... and {} more", listable - static_cast<int64_t>(listed.size())));
   return fmt::format("{}", fmt::join(lines, "\n"));
 }
 
@@ -378,7 +426,7 @@ CheckResult evaluate(const Policy& policy, const at::Tensor& actual, const at::T
   r.summary = nan_inf_prefix(r.metrics) + v.measured;
   r.bound_max = v.bound_max;
   r.bound_mean = v.bound_mean;
-  if (!r.pass) r.detail = mismatch_report(in, v, policy.nan_expected);
+  if (!r.pass) r.detail = mismatch_report(in, v, policy.nan_expected, first_n);
   return r;
 }
 

@@ -657,7 +657,9 @@ void hc_post_hf_forward(const OpContext& ctx, const TensorMap& in, TensorMap& ou
   with_stream_type(pi.residual.scalar_type(), where, [&](auto s) {
     using S = decltype(s);
     S* o = writable<S>(out, "out", pi.residual.numel(), where);
-    // fp32 streams: every HF rounding is a no-op, which is the v1 computation.
+    // fp32 streams: HF's casts are no-ops, so its roundings are fp32 ones; v1's FMA chain, which sums post*x and the
+    // mix in one order where HF adds the mix's own sum last, is within a few fp32 roundings of it (no case claims
+    // fp32 bitwise parity with HF for hc_post: hc_post/hf_tiny_fp32 holds cpu:hf to naive_relative).
     if constexpr (std::is_same_v<S, float>)
       hc_post_forward(post_problem<S>(k, pi), o);
     else

@@ -302,7 +302,7 @@ TEST(Evaluate, DetailListsFirstMismatchesThenTheRest) {
   EXPECT_FALSE(r.pass);
   EXPECT_EQ(r.summary, "max ulp 5 in bf16 (<= 4 allowed)");
   const std::string expected_detail =
-      "Mismatched elements: 10 / 24 (41.7%)\n"
+      "Mismatched elements: 10 / 24 (41.7%) past the tolerance (10 differ bitwise)\n"
       "Greatest absolute difference: 7.81e-02 at index [0,2,2]\n"
       "Greatest relative difference: 3.25e-02 at index [0,2,2]\n"
       "Greatest ULP difference: 5 at index [0,2,2] (in bf16)\n"
@@ -312,6 +312,24 @@ TEST(Evaluate, DetailListsFirstMismatchesThenTheRest) {
       "  [1,0,0]: got 2.484, want 2.406 (diff 7.8e-02, 5 ulp)\n"
       "  ... and 7 more";
   EXPECT_EQ(r.detail, expected_detail);
+}
+
+// Where a policy bounds each element, the report counts and lists the elements past their bound, as assert_close
+// does, not those that merely differ: here every element is 1 ULP off and one is far off.
+TEST(Evaluate, DetailListsTheElementsPastTheirBound) {
+  const at::Tensor expected = at::full({4, 8}, 2.40625, at::kBFloat16);
+  at::Tensor actual = expected.clone();
+  actual.view(at::kShort).add_(1);               // every element 1 ulp off
+  actual.view({-1}).narrow(0, 21, 1).fill_(3.0);  // [2,5]: far off
+  for (const char* text : {"ulp<=2", "allclose(atol=0.05, rtol=0)"}) {  // 1 ulp here is 2^-6
+    const CheckResult r = evaluate(parse(text), actual, expected, nullptr, 4);
+    EXPECT_FALSE(r.pass) << text;
+    EXPECT_TRUE(contains(r.detail, "Mismatched elements: 1 / 32 (3.1%) past the tolerance (32 differ bitwise)"))
+        << text << "\n" << r.detail;
+    EXPECT_TRUE(contains(r.detail, "  [2,5]: got 3, want 2.406 (diff 5.9e-01, 38 ulp)")) << text << "\n" << r.detail;
+    EXPECT_FALSE(contains(r.detail, "[0,0]:")) << text << "\n" << r.detail;
+    EXPECT_FALSE(contains(r.detail, "more")) << text << "\n" << r.detail;
+  }
 }
 
 }  // namespace
