@@ -38,6 +38,8 @@ int update(const BaselineArgs& a) {
   for (const auto& id : s.skipped) std::cout << fmt::format("left out {}: only passing cases make a baseline\n", id);
   if (s.keys.empty()) throw InputError(fmt::format("{}: no record to take (no passing case with numbers)", a.from));
   for (const auto& key : s.keys) std::cout << "recorded " << key << "\n";
+  for (const auto& key : s.kept_timings)
+    std::cout << "kept the timing of " << key << ": this document has none (a run without --perf)\n";
   for (const auto& f : s.files) std::cout << "wrote " << f.string() << "\n";
   return 0;
 }

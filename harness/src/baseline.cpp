@@ -193,12 +193,25 @@ UpdateSummary update_baselines(const fs::path& dir, const nlohmann::json& result
 
   for (auto& [op, records] : by_op) {
     Baseline b = read_baseline(dir / (op + ".json"));
-    const std::string what = describe_update(records, records.front().device);
+    std::string what = describe_update(records, records.front().device);
     const std::string commit = records.front().commit;  // stamped from the results' environment
+    int kept = 0;
     for (auto& r : records) {
       summary.keys.push_back(r.key());
-      b.records[baseline_key(r)] = std::move(r);
+      HistoryRecord& slot = b.records[baseline_key(r)];
+      if (r.n == 0 && slot.n > 0) {
+        summary.kept_timings.push_back(fmt::format("{} (timed at {})", r.key(), slot.commit));
+        ++kept;
+        // The numbers and their commit are the new record's; the timing, and the source hash that attributes a
+        // timing's change (history.hpp), stay the old one's.
+        HistoryRecord timing = slot;
+        timing.numerics = std::move(r.numerics);
+        timing.commit = r.commit, timing.date = r.date, timing.platform = r.platform;
+        r = std::move(timing);
+      }
+      slot = std::move(r);
     }
+    if (kept) what += fmt::format("; {} untimed kept their earlier timings", kept);
     b.updates.push_back({who, what, why, now_utc(), commit});
     write_baseline(b);
     summary.files.push_back(b.path);

@@ -448,7 +448,11 @@ std::vector<BaselineComparison> compare_with_baselines(const nlohmann::json& res
       c.has_baseline = true;
       c.baseline_commit = base->commit;
       c.baseline_date = base->date;
-      if (base->n > 0 && cand.n > 0) {
+      if (base->n == 0 && cand.n > 0) {
+        c.perf = PerfVerdict{.verdict = Verdict::not_comparable,
+                             .reason = fmt::format("the baseline (commit {}) has no timing of this path", base->commit),
+                             .next = "record one: parity baseline update --from the results of a --perf run"};
+      } else if (base->n > 0 && cand.n > 0) {
         const Controls cand_eager = controls_of(cand, records);
         const auto in_baseline = [&](const HistoryRecord* e) { return e ? baseline_record(baselines, *e) : nullptr; };
         c.perf = compare_perf_controlled(*base, cand, {in_baseline(cand_eager.same), in_baseline(cand_eager.other)},

@@ -4,6 +4,7 @@
 #include <parity/error.hpp>
 #include <parity/gate.hpp>
 #include <parity/results.hpp>
+#include <parity/timing.hpp>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -465,6 +466,48 @@ TEST_F(BaselineFile, RoundTripsOneRecordPerLine) {
   EXPECT_EQ(baseline_text(back), text);
   EXPECT_EQ(load_baselines(dir_).count("hc_post"), 1u);
   EXPECT_TRUE(load_baselines(dir_ / "absent").empty());
+}
+
+// A baseline update from a run without --perf keeps the timing it would replace (and says so); a baseline without
+// one leaves a timed path NOT-COMPARABLE with what to do, not unjudged in silence.
+TEST_F(BaselineFile, AnUntimedUpdateKeepsTheTimingItWouldReplace) {
+  CaseResult timed_run = passing("hc_post/a");
+  timed_run.perf = PerfResult{};
+  PerfEntry e{.path = "cpu:v1", .direction = "fwd"};
+  e.timing = summarize({1.0, 1.01, 0.99, 1.02, 0.98, 1.0, 1.01, 0.99, 1.0, 1.0, 1.01, 0.99}, "cpu");
+  timed_run.perf->entries = {e};
+  const nlohmann::json timed_doc = results_document({timed_run}), untimed_doc = results_document({passing("hc_post/a")});
+  const auto timed_records = records_from_results(timed_doc);
+  ASSERT_EQ(timed_records.size(), 1u);
+  // Both runs stamped with one device, as on a GPU machine (a CPU timing names the CPU model instead).
+  Baseline b;
+  b.path = dir_ / "hc_post.json";
+  HistoryRecord old = timed_records[0];
+  old.device = records_from_results(untimed_doc).at(0).device;
+  old.commit = "old111";
+  old.numerics.at("out vs ref:fp64").max_ulp = 7;
+  b.records[baseline_key(old)] = old;
+  write_baseline(b);
+
+  const UpdateSummary s = update_baselines(dir_, untimed_doc, "tester", "numbers only");
+  ASSERT_EQ(s.kept_timings.size(), 1u);
+  EXPECT_CONTAINS(s.kept_timings[0], "hc_post/a|cpu:v1|fwd (timed at old111)");
+  const Baseline back = read_baseline(b.path);
+  const HistoryRecord& kept = back.records.at(baseline_key(old));
+  EXPECT_EQ(kept.n, old.n);
+  EXPECT_EQ(kept.median_ms, old.median_ms);
+  EXPECT_EQ(kept.numerics.at("out vs ref:fp64").max_ulp, 0) << "the numbers are the new run's";
+  EXPECT_CONTAINS(back.updates.back().what, "1 untimed kept their earlier timings");
+
+  Baseline untimed;
+  HistoryRecord numbers_only = records_from_results(untimed_doc).at(0);
+  numbers_only.device = timed_records[0].device;
+  untimed.records[baseline_key(numbers_only)] = numbers_only;
+  const auto cmp = compare_with_baselines(timed_doc, {{"hc_post", untimed}});
+  ASSERT_EQ(cmp.size(), 1u);
+  ASSERT_TRUE(cmp[0].perf);
+  EXPECT_EQ(cmp[0].perf->verdict, Verdict::not_comparable);
+  EXPECT_CONTAINS(cmp[0].perf->reason, "has no timing of this path");
 }
 
 TEST_F(BaselineFile, CorruptFilesNameFileAndField) {

@@ -26,14 +26,17 @@ rc=0
 
 # Twelve records of one timed path of a smoke case, the last four 50% slower (beyond the CPU threshold, 25%): a
 # step and a SLOWER verdict; their numerics (max_ulp 1, max_abs 1e-7 on out) are below the fp32 run's, so the run
-# shows as a numeric regression.
-awk 'BEGIN {
+# shows as a numeric regression. Numbers are compared only with numbers from the same platform: the history is
+# stamped with the run's own CPU platform.
+platform=$(grep -o '"cpu": *"[^"]*"' "$work/smoke.json" | head -1 | sed 's/.*: *"//; s/"$//')
+[ -n "$platform" ] || fail "smoke.json names no CPU platform"
+awk -v platform="$platform" 'BEGIN {
   for (i = 0; i < 12; ++i) {
     m = i < 8 ? 0.100 : 0.150
     samples = ""
     for (k = 0; k < 16; ++k) samples = samples (k ? "," : "") sprintf("%.6f", m * (1 + 0.002 * (k % 5 - 2)))
     printf "{\"schema\":\"parity.history/1\",\"case\":\"hc_post/hf_tiny_fp32\",\"path\":\"cpu:v1\","
-    printf "\"direction\":\"fwd\",\"device\":\"cpu\",\"driver\":\"\",\"commit\":\"c0ffee%02d\",", i
+    printf "\"direction\":\"fwd\",\"device\":\"%s\",\"driver\":\"\",\"commit\":\"c0ffee%02d\",", platform, i
     printf "\"build_type\":\"release\",\"source_hash\":\"s1\",\"date\":\"2025-01-%02dT00:00:00Z\",", i + 1
     printf "\"timing\":{\"mode\":\"cpu\",\"median_ms\":%.6f,\"q1_ms\":%.6f,\"q3_ms\":%.6f,\"min_ms\":%.6f,\"n\":16,", m, m * 0.998, m * 1.002, m * 0.996
     printf "\"rel_noise\":0.004,\"sm_clock_mhz\":0,\"dropped_throttled\":0,\"samples_ms\":[%s]},", samples

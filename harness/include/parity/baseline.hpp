@@ -51,10 +51,13 @@ std::map<std::string, Baseline> load_baselines(const std::filesystem::path& dir)
 
 // `parity baseline update`: the records of `results_doc` (a parity.results/1 document) replace those with the same
 // key and device in baselines/<op>.json, others are kept; each file written gets an update entry. Records of cases that did
-// not pass are left out (a failing run is no baseline) and named in `skipped`.
+// not pass are left out (a failing run is no baseline) and named in `skipped`. A record without timings (a run
+// without --perf) keeps the timing of the record it replaces, and says so (`kept_timings`, and the update entry):
+// the gate would otherwise lose the path's timing baseline without a word.
 struct UpdateSummary {
   std::vector<std::filesystem::path> files;
-  std::vector<std::string> keys;     // records written
+  std::vector<std::string> keys;          // records written
+  std::vector<std::string> kept_timings;  // "<key> (timed at <commit>)": untimed records that kept the old timing
   std::vector<std::string> skipped;  // case ids not taken, with the reason
 };
 UpdateSummary update_baselines(const std::filesystem::path& dir, const nlohmann::json& results_doc,
