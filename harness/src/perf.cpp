@@ -77,11 +77,20 @@ TimingOptions ceiling_timing() {
   return t;
 }
 
+// t, if it kept a sample: a ceiling of none would be infinite, and cached.
+const Timing& kept(const Timing& t, const std::string& what) {
+  if (t.n == 0 || !(t.median_ms > 0))
+    throw std::runtime_error(fmt::format("{}: no sample kept of {} taken (each preempted or throttled): the machine is too "
+                                   "busy to measure it; measure again when it is quiet (parity device --remeasure)",
+                                   what, t.dropped_throttled));
+  return t;
+}
+
 // Bytes read plus bytes written per second of a copy of `bytes` (random data, never zeros).
 double copy_gbps(at::Device dev, int64_t bytes) {
   const at::Tensor src = at::randn({bytes / 4}, at::TensorOptions().dtype(at::kFloat).device(dev));
   at::Tensor dst = at::empty_like(src);
-  const Timing t = time_region([&] { dst.copy_(src); }, dev, ceiling_timing());
+  const Timing t = kept(time_region([&] { dst.copy_(src); }, dev, ceiling_timing()), "the copy ceiling");
   return 2.0 * double(src.nbytes()) / (t.median_ms * 1e-3) / 1e9;
 }
 
@@ -89,7 +98,7 @@ double matmul_tflops(at::Device dev, at::ScalarType dtype, int64_t n) {
   const auto opts = at::TensorOptions().dtype(dtype).device(dev);
   const at::Tensor a = at::randn({n, n}, opts), b = at::randn({n, n}, opts);
   at::Tensor c = at::empty({n, n}, opts);
-  const Timing t = time_region([&] { at::mm_out(c, a, b); }, dev, ceiling_timing());
+  const Timing t = kept(time_region([&] { at::mm_out(c, a, b); }, dev, ceiling_timing()), "the matmul ceiling");
   return 2.0 * double(n) * double(n) * double(n) / (t.median_ms * 1e-3) / 1e12;
 }
 
@@ -332,6 +341,9 @@ void time_on_cpu(const std::vector<Path>& paths, std::vector<PerfEntry>& entries
     PerfEntry& e = entries[entry_of[k]];
     if (!timed[k].error) {
       e.timing = std::move(timed[k].timing);  // peak memory stays unknown: the CPU allocator keeps no statistics
+      if (e.timing.n == 0)
+        e.error = fmt::format("no sample kept of {} taken (each preempted: the host is too busy to time it)",
+                              e.timing.dropped_throttled);
       continue;
     }
     try {

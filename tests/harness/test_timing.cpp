@@ -158,10 +158,33 @@ TEST(Sampler, TimeCapStopsBeforeMinSamplesButAfterOneSample) {
 TEST(Sampler, TimeCapWaitsForAKeptSample) {
   Sampler s(options(10, 300, 0.01, 1.0));
   s.add(1.0, 0, 0, /*preempted=*/true);  // dropped: no evidence yet
-  EXPECT_EQ(s.stop(5.0), "");
+  EXPECT_EQ(s.stop(2.5), "");
   s.add(1.0);
-  EXPECT_EQ(s.stop(5.0), "time_cap");
+  EXPECT_EQ(s.stop(2.5), "time_cap");
   EXPECT_EQ(s.result("cpu").n, 1);
+}
+
+// ...but not for ever: on a host that preempts every sample the timer stops kNoneKeptCaps caps in, with nothing kept
+// (the path is then reported untimed), where it ran on to max_samples (58 s for a 1 s cap).
+TEST(Sampler, TimeCapGivesUpOnAHostThatKeepsNothing) {
+  Sampler s(options(10, 300, 0.01, 1.0));
+  for (int i = 0; i < 50; ++i) s.add(1.0, 0, 0, /*preempted=*/true);
+  EXPECT_EQ(s.stop(kNoneKeptCaps - 0.1), "");
+  EXPECT_EQ(s.stop(kNoneKeptCaps), "time_cap");
+  EXPECT_EQ(s.result("cpu").n, 0);
+}
+
+// Dropped samples do not move the noise estimate, so a run of them (a throttled batch) is not "stable" noise.
+TEST(Sampler, DroppedSamplesDoNotSettleTheNoise) {
+  Sampler s(options(10, 300, 0.005, 100));
+  const double noisy[] = {1.0, 1.1, 0.95, 1.05, 0.9, 1.08, 1.0, 0.93};
+  for (int i = 0; i < 17; ++i) s.add(noisy[i % 8], 1980);
+  ASSERT_EQ(s.stop(0), "") << "8% noise, still moving";
+  for (int i = 0; i < 16; ++i) {
+    s.add(1.0, 1600);  // throttled: below 90% of the median clock, dropped
+    EXPECT_EQ(s.stop(0), "") << "after " << i + 1 << " throttled samples";
+  }
+  EXPECT_EQ(s.result("cold").n, 17);
 }
 
 TEST(Sampler, MaxSamplesStopsEvenWithNoSampleKept) {

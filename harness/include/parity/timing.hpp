@@ -60,13 +60,16 @@ std::vector<RegionTiming> time_cpu_regions(const std::vector<std::function<void(
 Timing summarize(std::vector<double> samples_ms, const std::string& mode, const std::vector<double>& clocks_mhz = {},
                  const std::vector<double>& probes_us = {}, const std::vector<bool>& preempted = {});
 
+// How many time caps a timer may go on for while it has kept no sample at all.
+constexpr double kNoneKeptCaps = 3;
+
 // The adaptive stopping rule, fed one sample at a time (both timers use it; exposed for tests).
 class Sampler {
  public:
   explicit Sampler(TimingOptions o) : o_(std::move(o)) {}
   void add(double ms, double clock_mhz = 0, double probe_us = 0, bool preempted = false);
   // Empty while sampling should go on, else why it stops: "noise" ((q3-q1)/median under target),
-  // "stable" (the noise estimate moved less than 10% over the last 10 samples), "max_samples", "time_cap".
+  // "stable" (the noise estimate moved less than 10% over the last 10 kept samples), "max_samples", "time_cap".
   // min_samples and the time cap's one sample count the samples kept (not dropped as taken while the machine ran
   // slow or the thread was preempted); max_samples all taken.
   std::string stop(double elapsed_s) const;
@@ -77,7 +80,7 @@ class Sampler {
   TimingOptions o_;
   std::vector<double> samples_, clocks_, probes_;
   std::vector<bool> preempted_;
-  std::vector<double> noise_;  // the noise estimate after each sample (from the 5th kept on; NaN before)
+  std::vector<double> noise_;  // the noise estimate after each kept sample (from the 5th kept on; NaN before)
   int kept_ = 0;
 };
 
