@@ -50,7 +50,7 @@ int golden_drift(const fs::path& golden_dir) {
   if (std::system(cmd.c_str()) != 0) throw InputError("golden generator failed: " + cmd);
   const Manifest fresh = read_manifest(scratch / "MANIFEST.json");
   int drift = 0;
-  std::set<std::string> made_on;
+  std::set<std::string> made_on, generators;
   for (const auto& [rel, _] : committed.files) {
     if (!fresh.files.count(rel)) {
       std::cout << fmt::format("DRIFT {}: no longer generated\n", rel);
@@ -61,7 +61,25 @@ int golden_drift(const fs::path& golden_dir) {
     const auto platform = a.attrs.find("cpu_platform");
     made_on.insert(platform == a.attrs.end() ? "a CPU platform it does not record (made before the generator recorded it)"
                                              : platform->second);
+    // What the data was made from: another op, seed or config is drift even where every dataset matched. The generator's
+    // own hash is only named (an edit that leaves the numbers alone is no drift).
+    for (const char* attr : {"op", "seed", "config_json"}) {
+      const auto x = a.attrs.find(attr), y = b.attrs.find(attr);
+      const std::string was = x == a.attrs.end() ? "(none)" : x->second, now = y == b.attrs.end() ? "(none)" : y->second;
+      if (was != now) {
+        std::cout << fmt::format("DRIFT {} @{}: '{}' committed, '{}' regenerated\n", rel, attr, was, now);
+        ++drift;
+      }
+    }
+    if (const auto x = a.attrs.find("generator_sha256"), y = b.attrs.find("generator_sha256");
+        x != a.attrs.end() && y != b.attrs.end() && x->second != y->second)
+      generators.insert(fmt::format("{} (committed) -> {} (now)", x->second.substr(0, 12), y->second.substr(0, 12)));
     for (const char* group : kGoldenGroups) {
+      for (const auto& [name, _] : b.group(group))
+        if (!a.group(group).count(name)) {
+          std::cout << fmt::format("DRIFT {} /{}/{}: new in the regenerated file\n", rel, group, name);
+          ++drift;
+        }
       for (const auto& [name, t] : a.group(group)) {
         auto it = b.group(group).find(name);
         if (it == b.group(group).end()) {
@@ -80,6 +98,7 @@ int golden_drift(const fs::path& golden_dir) {
   for (const auto& [rel, _] : fresh.files)
     if (!committed.files.count(rel)) std::cout << fmt::format("NEW {}: generated but not committed\n", rel);
   fs::remove_all(scratch);
+  for (const auto& g : generators) std::cout << "golden: generate.py's sha256 changed since they were made: " << g << "\n";
   std::cout << (drift ? fmt::format("golden: {} datasets drifted\n", drift) : "golden: regenerated bitwise identical\n");
   if (drift) {
     for (const auto& p : made_on) std::cout << "golden: the committed files were made on " << p << "\n";
