@@ -53,7 +53,7 @@ Command add_bisect(CLI::App& app) {
 
   CLI::App* stages = bisect->add_subcommand("stages", "walk a kernel's stages: propagated and isolated error");
   stages->add_option("--case", st->case_id, "case id")->required();
-  stages->add_option("--variant", st->variant, "fast path to bisect (default: the case's first runnable variant)");
+  stages->add_option("--variant", st->variant, "fast path to bisect (default: every variant of the case that runs here)");
   stages->add_flag("--cpu", st->cpu_only, "treat CUDA as unavailable");
   st->dirs.add_to(stages);
 
@@ -96,13 +96,21 @@ Command add_bisect(CLI::App& app) {
               RunOptions opts;
               opts.golden_dirs = st->dirs.golden_dirs();
               opts.force_cpu = st->cpu_only;
-              std::string vid = st->variant;
-              for (const auto& id : c.variants)
-                if (vid.empty() && (id.rfind("cuda:", 0) != 0 || (cuda_available() && !opts.force_cpu))) vid = id;
-              if (vid.empty()) throw InputError(fmt::format("case '{}' has no variant that runs here", c.id));
-              const StageBisection b = bisect_stages(c, reg, vid, opts);
-              std::cout << format_stage_bisection(b);
-              return b.first_divergent ? 1 : 0;
+              // Every variant that runs here unless one is named: a case fails on any of them.
+              std::vector<std::string> vids;
+              if (!st->variant.empty()) vids.push_back(st->variant);
+              else
+                for (const auto& id : c.variants)
+                  if (id.rfind("cuda:", 0) != 0 || (cuda_available() && !opts.force_cpu)) vids.push_back(id);
+              if (vids.empty()) throw InputError(fmt::format("case '{}' has no variant that runs here", c.id));
+              int diverged = 0;
+              for (size_t i = 0; i < vids.size(); ++i) {
+                const StageBisection b = bisect_stages(c, reg, vids[i], opts);
+                std::cout << (i ? "\n" : "") << format_stage_bisection(b);
+                diverged += b.diverged();
+              }
+              if (vids.size() > 1) std::cout << fmt::format("\n{} of {} variants diverge\n", diverged, vids.size());
+              return diverged ? 1 : 0;
             }
             if (*verdict) {
               const PerfStepVerdict v = judge_perf_step(with_results(st->baseline, records_from_results),

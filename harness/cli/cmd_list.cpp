@@ -18,6 +18,8 @@ Command add_list(CLI::App& app) {
   st->dirs.add_to(sub);
   return {sub, [st] {
             const Registry& reg = Registry::global();
+            // A suite no case belongs to (a typo) is bad input, as for run.
+            const auto cases = select_cases(load_cases(st->dirs.case_dirs(), reg), st->suite, {});
             std::cout << "kernels and variants:\n";
             for (const auto& name : reg.op_names()) {
               std::string vs;
@@ -25,8 +27,7 @@ Command add_list(CLI::App& app) {
               std::cout << fmt::format("  {:<10}{}\n", name, vs);
             }
             std::cout << fmt::format("\ncases ({}):\n", st->suite);
-            for (const auto& c : load_cases(st->dirs.case_dirs(), reg)) {
-              if (!in_suite(c, st->suite)) continue;
+            for (const auto& c : cases) {
               std::string suites;
               for (const auto& s : c.suites) suites += (suites.empty() ? "" : ",") + s;
               std::cout << fmt::format("  {:<34} [{}] {}\n", c.id, suites, c.covers);

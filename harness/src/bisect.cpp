@@ -3,6 +3,7 @@
 #include <parity/error.hpp>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <array>
 #include <cstdio>
@@ -50,20 +51,27 @@ StageBisection bisect_stages(const Case& c, const Registry& reg, const std::stri
     throw InputError(fmt::format("variant '{}' needs a CUDA device", vid));
   const at::Device dev(v.device);
   CaseInputs ci = prepare_inputs(c, reg, opts);
-  TensorMap in;
-  for (const auto& [k, t] : ci.inputs) in[k] = t.to(dev);
+  TensorMap in, given;  // what the variant gets, and a copy of it as given
+  for (const auto& [k, t] : ci.inputs) {
+    in[k] = t.to(dev, t.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
+    given[k] = in[k].clone();
+  }
 
   TensorMap out;
   for (const auto& s : op.output_specs(c.ctx, in)) out[s.name] = at::empty(s.shape, at::TensorOptions().dtype(s.dtype).device(dev));
   for (auto& [_, t] : out) poison(t);
   v.forward(c.ctx, in, out);
+  StageBisection b{c.id, vid, {}, std::nullopt, {}};
+  for (const auto& [k, t] : given)
+    if (const int64_t n = bitwise_diff_count(t, in.at(k)))
+      b.modified_inputs.push_back(fmt::format("'{}' {} of {} elements", k, n, t.numel()));
+  in = given;
 
   const TensorMap ref_env = run_stages(op, c.ctx, as_numerics(in, c.reference));
   const TensorMap naive_env = run_stages(op, c.ctx, in);
   TensorMap fast_env = in;  // the fast path's tensors: its inputs and everything it wrote
   for (const auto& [k, t] : out) fast_env[k] = t;
 
-  StageBisection b{c.id, vid, {}, std::nullopt};
   for (const auto& s : op.stages) {
     const TensorMap stage_in = pick(fast_env, s.inputs);
     const TensorMap iso_ref = s.reference(c.ctx, as_numerics(stage_in, c.reference));
@@ -94,6 +102,10 @@ std::string format_stage_bisection(const StageBisection& b) {
                       fmt::format("max abs {:.2e}, max ulp {}", c.propagated.metrics.max_abs, c.propagated.metrics.max_ulp),
                       c.isolated.pass ? "[OK]" : "[DIFF]",
                       fmt::format("max abs {:.2e}, max ulp {}", c.isolated.metrics.max_abs, c.isolated.metrics.max_ulp));
+  if (!b.modified_inputs.empty())
+    os << fmt::format("\n{} modified its inputs in place: {} (stages judged on the inputs as given; parity run's "
+                      "guard fails it)\n",
+                      b.variant, fmt::join(b.modified_inputs, "; "));
   if (b.first_divergent) {
     os << fmt::format("\nfirst divergent stage: {}\n", *b.first_divergent);
     for (const auto& c : b.checks)

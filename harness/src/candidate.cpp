@@ -55,20 +55,25 @@ TensorMap candidate_group(const GoldenFile& cand, const std::string& group, cons
   return out;
 }
 
-// Outputs computed from other inputs than the case's would be judged against the wrong reference.
-void check_same_inputs(const GoldenFile& cand, const TensorMap& inputs) {
-  const TensorMap& stored = cand.group("inputs");
+// Outputs computed from other inputs (or upstream gradients) than the case's would be judged against the wrong
+// reference: a candidate that hands back /inputs or /grad_outputs must hand back exactly the case's, and nothing more.
+void check_same(const GoldenFile& cand, const std::string& group, const TensorMap& mine_by_name) {
+  const TensorMap& stored = cand.group(group);
   if (stored.empty()) return;
-  for (const auto& [name, t] : inputs) {
-    const std::string where = fmt::format("{}: dataset '/inputs/{}'", cand.path.string(), name);
+  for (const auto& [name, t] : mine_by_name) {
+    const std::string where = fmt::format("{}: dataset '/{}/{}'", cand.path.string(), group, name);
     const auto it = stored.find(name);
-    if (it == stored.end()) throw InputError(where + ": missing (a candidate's /inputs must hold every input)");
+    if (it == stored.end()) throw InputError(fmt::format("{}: missing (a candidate's /{} must hold all of them)", where, group));
     const at::Tensor mine = t.cpu();
     if (it->second.sizes() != mine.sizes() || it->second.scalar_type() != mine.scalar_type() ||
         !bitwise_equal(it->second, mine))
-      throw InputError(where + ": differs from the case's input (export the inputs again with --export-inputs, on a "
-                               "machine of the same kind)");
+      throw InputError(fmt::format("{}: differs from the case's (export the inputs again with --export-inputs, on a "
+                                   "machine of the same kind)",
+                                   where));
   }
+  for (const auto& [name, _] : stored)
+    if (!mine_by_name.count(name))
+      throw InputError(fmt::format("{}: dataset '/{}/{}': the case has no such tensor", cand.path.string(), group, name));
 }
 
 Variant candidate_variant(const Op& op, TensorMap outputs, TensorMap grads) {
@@ -116,7 +121,14 @@ CandidateResult compare_candidate(const Case& c, const Registry& reg, const RunO
   const GoldenFile cand = read_golden(path);
   const Op& op = reg.op(c.op);
   const CaseInputs ci = prepare_inputs(c, reg, opts);
-  check_same_inputs(cand, ci.inputs);
+  check_same(cand, "inputs", ci.inputs);
+  check_same(cand, "grad_outputs", ci.grad_outputs);
+  // Stage tensors are checked as the op's outputs (hc_pre's mixes, pre, post and comb are outputs): a /stages group
+  // would be read by nothing, and its holder would take that for a check.
+  if (!cand.group("stages").empty())
+    throw InputError(fmt::format("{}: group '/stages': not read by parity compare (put the op's outputs, stages "
+                                 "included, in /outputs)",
+                                 path.string()));
   const TensorMap outputs = candidate_group(cand, "outputs", op.output_specs(c.ctx, ci.inputs), c.op);
   const bool has_grads = cand.groups.count("grads") > 0;
   if (has_grads && !c.backward)

@@ -14,6 +14,7 @@ parity_cli_test(duplicate_id 2 "duplicate_id/c.toml: duplicate case id 'hc_post/
 parity_cli_test(missing_golden 2 "golden 'hc/does_not_exist.h5' not found"
   run --cases-dir ${DATA}/bad/missing_golden --case hc_post/no_golden)
 parity_cli_test(unknown_case 2 "no case 'hc_post/nope'" run --case hc_post/nope)
+parity_cli_test(list_unknown_suite 2 "suite 'bogus' selects no case" list --suite bogus)
 # A golden whose tensors are not the case's (its dtype, or its tokens) is refused, naming the dataset.
 parity_cli_test(golden_dtype_mismatch 2 "hc_post_tiny_bf16.h5: dataset '/inputs/residual' is \\[2, 32, 4, 64\\] bf16, but case 'hc_post/golden_dtype' .*needs \\[64, 4, 64\\] fp32"
   run --cases-dir ${DATA}/bad/golden_mismatch --case hc_post/golden_dtype --cpu --no-color)
@@ -103,6 +104,13 @@ set_tests_properties(cli/gate_slowdown PROPERTIES LABELS cli RUN_SERIAL ON ENVIR
 parity_cli_test(bisect_stages_planted 1 "first divergent stage: gates"
   bisect stages --case hc_pre/planted_pre_rounded --variant planted:pre_rounded --cases-dir ${DATA}/planted)
 parity_cli_test(bisect_stages_clean 0 "no stage diverges on its own" bisect stages --case hc_pre/v4_small --variant cpu:v1)
+# Without --variant every variant of the case is bisected: the planted one among them fails the bisection.
+parity_cli_test(bisect_stages_every_variant 1 "1 of 2 variants diverge"
+  bisect stages --case hc_pre/planted_pre_rounded --cases-dir ${DATA}/planted)
+# A variant that writes into its inputs is said to, and its stages are judged on the inputs as given (it was blamed on
+# the gates stage: the reference ran on the modified inputs).
+parity_cli_test(bisect_stages_modified_input 1 "planted:mutate_input modified its inputs in place: '[a-z]+' 1 of [0-9]+ elements"
+  bisect stages --case hc_pre/v4_small --variant planted:mutate_input)
 add_test(NAME cli/bisect_commits COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/bisect_commits.sh $<TARGET_FILE:parity>)
 set_tests_properties(cli/bisect_commits PROPERTIES LABELS cli)
 add_test(NAME cli/bisect_perf COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/bisect_perf.sh $<TARGET_FILE:parity>

@@ -26,6 +26,10 @@ struct StageBisection {
   std::string case_id, variant;
   std::vector<StageCheck> checks;
   std::optional<std::string> first_divergent;  // the first stage with an isolated failure
+  // Inputs the variant wrote into ("'x' 3 of 64 elements"): the stages are judged on the inputs as they were given,
+  // so such a variant's outputs are not blamed on a stage, and the bisection fails on this alone.
+  std::vector<std::string> modified_inputs;
+  bool diverged() const { return first_divergent || !modified_inputs.empty(); }
 };
 
 // Throws InputError for a case whose op has no stages or a variant that cannot run here.
