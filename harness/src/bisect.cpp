@@ -238,9 +238,7 @@ CommitBisection bisect_commits(const CommitBisectOptions& o) {
     if (!f.flush()) throw std::runtime_error("cannot write " + step.string());
   }
   CommitBisection res;
-  must(git + " worktree add --detach " + quote(worktree.string()) + " " + bad, "git worktree add");
   const bool perf = !o.judge.empty();
-  if (perf) must(git + " worktree add --detach " + quote(good_tree.string()) + " " + good, "git worktree add");
   const std::string wgit = "git -C " + quote(worktree.string());
   // The perf baseline runs in its own worktree, already at the good revision.
   const auto run_at = [&](const std::string& rev, const std::string& arg) {
@@ -253,6 +251,8 @@ CommitBisection bisect_commits(const CommitBisectOptions& o) {
     if (perf) sh(git + " worktree remove --force " + quote(good_tree.string()));
   };
   try {
+    must(git + " worktree add --detach " + quote(worktree.string()) + " " + bad, "git worktree add");
+    if (perf) must(git + " worktree add --detach " + quote(good_tree.string()) + " " + good, "git worktree add");
     const int at_good = run_at(good, perf ? " baseline" : "");
     const int at_bad = at_good == 0 ? run_at(bad, "") : -1;
     if (at_good != 0) {
@@ -278,6 +278,8 @@ CommitBisection bisect_commits(const CommitBisectOptions& o) {
     }
   } catch (...) {
     cleanup();
+    std::error_code ec;  // the scratch directory too, and no second error over the first
+    std::filesystem::remove_all(tmp, ec);
     throw;
   }
   cleanup();
