@@ -28,6 +28,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr double kThrottledBelow = 0.9;  // of the median clock or probe speed: a sample taken slower is dropped
+constexpr double kThrottledOfRated = 0.75;  // of the GPU's rated SM clock: a batch read below it is dropped
 constexpr int kNoiseMinSamples = 5;      // no noise estimate from fewer samples (nvbench's statistics.cuh)
 constexpr int kStableWindow = 10;        // samples over which a settled noise estimate moves less than...
 constexpr double kStableChange = 0.1;    // ...this fraction of itself
@@ -414,10 +415,16 @@ void take_gpu_batch(Sampler& s, const GpuRegion& r, std::vector<EventPair>& even
     events[i].stop.record(r.stream);
   }
   enqueue_ms = std::chrono::duration<double, std::milli>(Clock::now() - enqueue_start).count() / k;
-  // Read while the batch runs: the clock under load, not after the GPU went idle.
+  // Read while the batch runs: the clock under the region's own load. Right after the enqueue the GPU is still in the
+  // lead kernel (sized to outlast the enqueue), one spinning thread, whose clock is not the one a memory-bound region
+  // runs at when power throttles it; from the middle sample's start the batch itself is on the GPU.
+  events[k / 2].start.synchronize();
   const double clock = sm_clock_mhz(r.device).value_or(0);
+  // Below kThrottledOfRated of the rated clock a batch is throttled whatever the others ran at (nvbench's 75%): the
+  // median-relative floor of summarize() alone keeps every sample of a run throttled throughout.
+  const bool throttled = clock > 0 && clock < kThrottledOfRated * r.cycles_per_ms / 1000.0;
   events[k - 1].stop.synchronize();
-  for (int i = 0; i < k; ++i) s.add(events[i].start.elapsed_time(events[i].stop), clock);
+  for (int i = 0; i < k; ++i) s.add(events[i].start.elapsed_time(events[i].stop), clock, 0, throttled);
 }
 
 Timing time_gpu(const std::function<void()>& fn, at::Device device, const TimingOptions& o, Clock::time_point t0) {

@@ -56,7 +56,8 @@ std::vector<RegionTiming> time_cpu_regions(const std::vector<std::function<void(
 // machine ran, one per sample where given (0 = unknown): with SM clocks (MHz), samples taken below 90% of the
 // median clock are dropped; with host probes (us), samples whose probe took longer than the median probe / 0.9;
 // with `preempted` flags, the samples during which the timing thread gave its core to another thread (an
-// involuntary context switch: its time then holds another thread's slice). All count in dropped_throttled.
+// involuntary context switch: its time then holds another thread's slice), or (GPU) whose SM clock was below 75% of
+// the rated clock. All count in dropped_throttled.
 Timing summarize(std::vector<double> samples_ms, const std::string& mode, const std::vector<double>& clocks_mhz = {},
                  const std::vector<double>& probes_us = {}, const std::vector<bool>& preempted = {});
 
