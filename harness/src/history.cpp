@@ -653,14 +653,18 @@ PerfVerdict compare_perf_controlled(const HistoryRecord& b, const HistoryRecord&
                               eager, control->ratio, b.host_probe_us, c.host_probe_us);
     return v;
   }
-  // Eager moved. A change of the path's own shows beyond what the machine did to eager: judged on its samples as
-  // measured and at eager's speed, both agreeing, and more than kBeyondControl times eager's shift (in log).
+  // Eager moved. A change of the path's own shows beyond what the machine did to eager, or against it (slower where
+  // eager ran faster: the machine's speed cannot explain that, and at eager's speed the change is larger still):
+  // judged on its samples as measured and at eager's speed, both agreeing, and, moving with eager, more than
+  // kBeyondControl times eager's shift (in log).
+  const bool against = (v.ratio > 1) != (control->ratio > 1);
   if ((v.verdict == Verdict::slower || v.verdict == Verdict::faster) &&
-      std::abs(std::log(v.ratio)) > kBeyondControl * std::abs(std::log(control->ratio)) &&
+      (against || std::abs(std::log(v.ratio)) > kBeyondControl * std::abs(std::log(control->ratio))) &&
       compare_perf(without_probe(b), without_probe(at_speed(c, 1 / control->ratio)), o).verdict == v.verdict) {
-    v.reason += fmt::format("; beyond the machine's own change ({}, the same code in both, {} x{:.3f}): x{:.3f} "
-                            "at eager's speed",
-                            eager, verdict_name(control->verdict), control->ratio, v.ratio / control->ratio);
+    v.reason += fmt::format("; {} the machine's own change ({}, the same code in both, {} x{:.3f}): x{:.3f} at "
+                            "eager's speed",
+                            against ? "against" : "beyond", eager, verdict_name(control->verdict), control->ratio,
+                            v.ratio / control->ratio);
     return v;
   }
   v.verdict = Verdict::not_comparable;

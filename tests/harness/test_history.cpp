@@ -546,6 +546,19 @@ TEST(GateBaselines, APathThatMovedBeyondEagerIsJudged) {
   EXPECT_EQ(gate_verdict(base, step_doc(2.0, 0.55)).verdict, Verdict::not_comparable);
 }
 
+// A path that moved against the machine (slower beside an eager that ran faster) is judged: the machine's speed does
+// not explain it, and at eager's speed it is slower still (it was NOT-COMPARABLE, which passes a gate).
+TEST(GateBaselines, APathThatMovedAgainstEagerIsJudged) {
+  const nlohmann::json base = step_doc(3.0, 1.0);
+  const PerfVerdict v = gate_verdict(base, step_doc(3.9, 0.8));  // x1.30 beside eager's x0.80
+  EXPECT_EQ(v.verdict, Verdict::slower) << v.reason;
+  EXPECT_NE(v.reason.find("against the machine's own change (eager, the same code in both, FASTER x0.800): x1.625 at "
+                          "eager's speed"),
+            std::string::npos)
+      << v.reason;
+  EXPECT_EQ(gate_verdict(base, step_doc(2.0, 1.3)).verdict, Verdict::faster);  // x0.667 beside eager's x1.30
+}
+
 // Eager that moved by less than the CPU threshold (x1.21: AMBIGUOUS on its own) still explains a path that moved by
 // about as much (x1.37, SLOWER on its own; run27's self-check on an H100 host under ctest -j 8), while a path far
 // beyond it is judged; eager's samples overlapping say nothing, and the path's verdict stands.
