@@ -128,7 +128,8 @@ PerfVerdict compare_perf(const HistoryRecord& baseline, const HistoryRecord& can
 //                  host's CPU: an unchanged path x1.58 with eager x1.36 beside it, the host probes 1.1x apart),
 //                  unless it moved beyond the machine: SLOWER/FASTER on its samples alone, the same at eager's speed
 //                  (its timings divided by eager's ratio), and more than kBeyondControl times eager's shift in log
-//                  (hc_pre bwd x0.586 with its dx_dfn on the tensor cores, eager x0.928 beside it: H100 instances);
+//                  (hc_pre bwd x0.586 with its dx_dfn on the tensor cores, eager x0.928 beside it: H100 instances),
+//                  or against it (slower where eager ran faster, or the reverse: the first two conditions alone);
 //   SAME           the host ran at the same speed: the path is judged on its samples alone too, its host probes
 //                  neither refusing nor rescaling it; but a SLOWER or FASTER path that is not one at eager's speed
 //                  too is NOT-COMPARABLE (eager's noise can hide a shift that explains the path's). The probe (8 us,
