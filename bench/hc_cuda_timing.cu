@@ -220,7 +220,7 @@ int main(int argc, char** argv) {
       rows.push_back({op + " fwd: collapse", time_ms(fwd_collapse), (T * HD + T * D) * e + T * H * 4.0});
       const double fwd_bytes = (T * HD + T * D) * e + prm + (p ? small : T * 2 * H * 4.0);
       rows.push_back({op + " fwd total (vs one pass)", time_ms([&] { fwd_mix(), fwd_collapse(); }), fwd_bytes});
-      if (kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, x, y, H, D))
+      if (kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, x, fn, y, H, D))
         rows.push_back({op + " fwd fused (vs one pass)", time_ms([&] {
                           kc::launch_mix_fused_fwd(kind, x, fn, base, scale, mixes, pre, y, T, H, D, k, s);
                           if (p) kc::launch_mix_post_comb(mixes, base, scale, post, comb, T, H, k, s);
@@ -231,7 +231,7 @@ int main(int argc, char** argv) {
                           kc::launch_mix_post_comb(mixes, base, scale, post, comb, T, H, k, s);
                         }),
                         T * (M + 2 * H + H * H) * 4.0});
-      if (kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, x, y, H, D)) {
+      if (kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, x, fn, y, H, D)) {
         // What the fused forward wrote, hashed: a change to the kernel that keeps its results prints the same hash.
         // Its outputs are poisoned first, so that the hash covers what it wrote, not what the launches above left.
         for (const auto& [ptr, bytes] : {std::pair<void*, int64_t>{y, T * D * 2}, {mixes, T * m * 4}, {pre, T * H * 4},

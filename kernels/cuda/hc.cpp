@@ -189,7 +189,7 @@ void mix_forward(kc::MixKind kind, const std::string& where, const OpContext& ct
   float* comb = pre_kind ? writable_f32(out, "comb", p.t * k.hc * k.hc, dev, where) : nullptr;
   void* y = writable(out, collapse_name(kind), p.x.scalar_type(), p.t * k.hidden, dev, where);
   const cudaStream_t s = at::cuda::getCurrentCUDAStream();
-  if (kc::mix_fused_fwd_fits(kind, p.dt, p.x.data_ptr(), y, int(k.hc), k.hidden)) {
+  if (kc::mix_fused_fwd_fits(kind, p.dt, p.x.data_ptr(), p.fn.data_ptr<float>(), y, int(k.hc), k.hidden)) {
     kc::launch_mix_fused_fwd(kind, p.x.data_ptr(), p.fn.data_ptr<float>(), p.base.data_ptr<float>(),
                              p.scale.data_ptr<float>(), mixes, pre, y, p.t, int(k.hc), k.hidden, mix_consts(k), s);
     check_launch(where, pre_kind ? "mix_fused_fwd<pre>" : "mix_fused_fwd<head>");
@@ -235,6 +235,10 @@ void mix_backward(kc::MixKind kind, const std::string& where, const OpContext& c
   float* grad_fn = writable_f32(grads, "fn", p.m * n, dev, where);
   float* grad_base = writable_f32(grads, "base", p.m, dev, where);
   float* grad_scale = writable_f32(grads, "scale", p.ns, dev, where);
+  if (p.t == 0) {  // sums over no token: zeros, without the kernels (the backward's tensor maps need a row of data)
+    for (const char* name : {"fn", "base", "scale"}) grads.at(name).zero_();
+    return;
+  }
 
   const at::TensorOptions f32 = p.x.options().dtype(at::kFloat);
   const at::TensorOptions f64 = p.x.options().dtype(at::kDouble);  // the per-token reductions and gate gradients
@@ -282,6 +286,21 @@ void mix_backward(kc::MixKind kind, const std::string& where, const OpContext& c
   }
 }
 
+// The kernels run on the device of the guard each bridge takes (x's): a tensor on another GPU would be dereferenced
+// there (an illegal address, or peer reads).
+void one_device(std::initializer_list<const TensorMap*> maps, const std::string& where) {
+  const at::Tensor* first = nullptr;
+  std::string first_name;
+  for (const TensorMap* m : maps)
+    for (const auto& [name, t] : *m) {
+      if (!t.defined() || !t.is_cuda()) continue;
+      if (!first) first = &t, first_name = name;
+      else if (t.device() != first->device())
+        throw InputError(fmt::format("{}: '{}' is on {} and '{}' on {}: the kernels take every tensor on one device",
+                                     where, first_name, first->device().str(), name, t.device().str()));
+    }
+}
+
 Variant variant(std::string op, std::string id, std::string description,
                 std::function<void(const OpContext&, const TensorMap&, TensorMap&)> forward,
                 decltype(Variant::backward) backward) {
@@ -291,8 +310,16 @@ Variant variant(std::string op, std::string id, std::string description,
   v.device = at::kCUDA;
   v.description = std::move(description);
   v.deterministic = true;
-  v.forward = std::move(forward);
-  v.backward = std::move(backward);
+  const std::string where = v.op + " " + v.id;
+  v.forward = [forward, where](const OpContext& c, const TensorMap& in, TensorMap& out) {
+    one_device({&in, &out}, where);
+    forward(c, in, out);
+  };
+  v.backward = [backward, where](const OpContext& c, const TensorMap& in, const TensorMap& fwd, const TensorMap& g,
+                                 TensorMap& grads) {
+    one_device({&in, &fwd, &g, &grads}, where + " backward");
+    backward(c, in, fwd, g, grads);
+  };
   return v;
 }
 

@@ -3810,9 +3810,11 @@ int mix_fused_fwd_clusters(MixKind kind, int64_t hidden) {
   });
 }
 
-bool mix_fused_fwd_fits(MixKind kind, Dtype dt, const void* x, const void* y, int hc, int64_t hidden) {
+bool mix_fused_fwd_fits(MixKind kind, Dtype dt, const void* x, const float* fn, const void* y, int hc,
+                        int64_t hidden) {
+  // fn is read in float2 (fn's fragments): a view of it at an odd float offset takes the unfused path.
   return dt == Dtype::bf16 && hc == kMaxHc && (hidden == kFusedHidden || hidden == 2 * kFusedHidden) &&
-         aligned(x, 16) && aligned(y, 16) && mix_fused_fwd_clusters(kind, hidden) > 0;
+         aligned(x, 16) && aligned(fn, 8) && aligned(y, 16) && mix_fused_fwd_clusters(kind, hidden) > 0;
 }
 
 void launch_mix_fused_fwd(MixKind kind, const void* x, const float* fn, const float* base, const float* scale,

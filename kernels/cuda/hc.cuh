@@ -67,9 +67,10 @@ void launch_collapse(Dtype dt, const void* x, const float* pre, void* y, int64_t
 // ---- hc_pre / hc_head fused forward: mix_fused_fwd (-> mix_post_comb for hc_pre) -------------------------------
 // x read once: mixes on the tensor cores (fn split exactly into three bf16 terms; fp64 sums across warps and CTAs),
 // pre, and y = sum_h pre[t,h] x[t,h,:] as launch_collapse computes it. Fits bf16 streams, hc 4, hidden 2048 or
-// 4096, 16-byte aligned x and y, on a device that runs clusters of 16 CTAs (Hopper); elsewhere the caller runs
+// 4096, 16-byte aligned x and y, 8-byte aligned fn, on a device that runs clusters of 16 CTAs (Hopper); elsewhere the caller runs
 // fn_transpose -> mix_fwd -> collapse.
-bool mix_fused_fwd_fits(MixKind kind, Dtype dt, const void* x, const void* y, int hc, int64_t hidden);
+bool mix_fused_fwd_fits(MixKind kind, Dtype dt, const void* x, const float* fn, const void* y, int hc,
+                        int64_t hidden);
 // Clusters of 16 CTAs the fused forward keeps resident on the current device (its persistent grid; 0: none fit).
 int mix_fused_fwd_clusters(MixKind kind, int64_t hidden);
 void launch_mix_fused_fwd(MixKind kind, const void* x, const float* fn, const float* base, const float* scale,

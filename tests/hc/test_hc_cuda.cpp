@@ -258,18 +258,21 @@ TEST(HcFusedForward, TakenAtV4DimsOnHopperOnly) {
   const at::Tensor buf = at::empty({64}, at::TensorOptions().dtype(at::kBFloat16).device(gpu()));
   const void* p = buf.data_ptr();
   const void* off = static_cast<const char*>(p) + 2;  // 2-byte aligned only
+  const at::Tensor fn_buf = at::empty({64}, at::TensorOptions().dtype(at::kFloat).device(gpu()));
+  const float* fn = fn_buf.data_ptr<float>();  // read in float2: one float off is refused
   const bool hopper = at::cuda::getCurrentDeviceProperties()->major == 9;
   for (const kc::MixKind kind : {kc::MixKind::pre, kc::MixKind::head}) {
     std::printf("[hc-cuda] fused forward %s: %d resident clusters of 16 CTAs (hidden 4096), %d (2048)\n",
                 kind == kc::MixKind::pre ? "pre" : "head", kc::mix_fused_fwd_clusters(kind, 4096),
                 kc::mix_fused_fwd_clusters(kind, 2048));
-    EXPECT_EQ(kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, p, p, 4, 4096), hopper);
-    EXPECT_EQ(kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, p, p, 4, 2048), hopper);
-    EXPECT_FALSE(kc::mix_fused_fwd_fits(kind, kc::Dtype::fp32, p, p, 4, 4096));
-    EXPECT_FALSE(kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, p, p, 3, 4096));
-    EXPECT_FALSE(kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, p, p, 4, 1024));
-    EXPECT_FALSE(kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, off, p, 4, 4096));
-    EXPECT_FALSE(kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, p, off, 4, 4096));
+    EXPECT_EQ(kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, p, fn, p, 4, 4096), hopper);
+    EXPECT_EQ(kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, p, fn, p, 4, 2048), hopper);
+    EXPECT_FALSE(kc::mix_fused_fwd_fits(kind, kc::Dtype::fp32, p, fn, p, 4, 4096));
+    EXPECT_FALSE(kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, p, fn, p, 3, 4096));
+    EXPECT_FALSE(kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, p, fn, p, 4, 1024));
+    EXPECT_FALSE(kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, off, fn, p, 4, 4096));
+    EXPECT_FALSE(kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, p, fn, off, 4, 4096));
+    EXPECT_FALSE(kc::mix_fused_fwd_fits(kind, kc::Dtype::bf16, p, fn + 1, p, 4, 4096));
   }
 #endif
 }
@@ -572,6 +575,44 @@ TEST(HcCudaInputs, CpuTensorsAndWideHcAreRejected) {
     TensorMap in = inputs(op, ctx, s);
     TensorMap out = poisoned_outputs(op, ctx, in, gpu());
     EXPECT_THROW(v.forward(ctx, in, out), InputError);
+  }
+}
+
+// No token: every output is empty and every parameter gradient a sum over nothing, zero, on every path (hc_pre's
+// tensor-core backward built its tensor maps over a null pointer at hidden 4096).
+TEST(HcCudaInputs, ZeroTokensGiveEmptyOutputsAndZeroParameterGradients) {
+  if (const auto why = skip_reason()) GTEST_SKIP() << *why;
+  for (const char* name : {"hc_pre", "hc_head", "hc_post"}) {
+    const Op& op = registry().op(name);
+    const Variant& v = registry().variant(name, "cuda:v1");
+    for (const int64_t hidden : {int64_t{4096}, int64_t{13}}) {
+      const Shape s{4, 0, hidden, {}, "no token"};
+      const OpContext ctx = context(s, at::kBFloat16);
+      const TensorMap in = inputs(op, ctx, s);
+      const TensorMap out = run_forward(op, v, ctx, in);
+      const TensorMap grads = run_backward(op, v, ctx, in, out, make_grad_out(op, out, kSeed));
+      for (const auto& [g, t] : grads)
+        EXPECT_TRUE(t.numel() == 0 || t.eq(0).all().item<bool>()) << name << " hidden " << hidden << ": grad " << g;
+    }
+  }
+}
+
+// Every tensor handed to a CUDA variant on one device (the bridge's guard is x's): another GPU's is refused by name.
+TEST(HcCudaInputs, TensorsOnAnotherGpuAreRejected) {
+  if (const auto why = skip_reason()) GTEST_SKIP() << *why;
+  if (at::cuda::device_count() < 2) GTEST_SKIP() << "one CUDA device";
+  const Op& op = registry().op("hc_post");
+  const Variant& v = registry().variant("hc_post", "cuda:v1");
+  const Shape s{4, 3, 8, {}, "comb on another GPU"};
+  const OpContext ctx = context(s, at::kBFloat16);
+  TensorMap in = inputs(op, ctx, s);
+  in["comb"] = in.at("comb").to(at::Device(at::kCUDA, 1));
+  TensorMap out = poisoned_outputs(op, ctx, in, gpu());
+  try {
+    v.forward(ctx, in, out);
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("'comb' on cuda:1"), std::string::npos) << e.what();
   }
 }
 
