@@ -116,8 +116,15 @@ int golden_drift(const fs::path& golden_dir) {
 int verify(const Dirs& dirs, bool regenerate) {
   for (const auto& dir : dirs.golden_dirs()) {
     const Manifest m = read_manifest(dir / "MANIFEST.json");
+    // Every golden of the directory is listed (a case could name one the manifest does not cover: run refuses it).
+    for (const auto& f : fs::recursive_directory_iterator(dir))
+      if (f.path().extension() == ".h5" && !m.files.count(fs::relative(f.path(), dir).generic_string()))
+        throw InputError(fmt::format("{}: not listed in {}", f.path().string(), m.path.string()));
     for (const auto& [rel, e] : m.files) {
       const GoldenFile g = load_verified(m, rel);
+      for (const char* attr : kProvenanceAttrs)
+        if (!g.attrs.count(attr))
+          throw InputError(fmt::format("{}: missing root attr '{}' (provenance: golden.hpp)", (dir / rel).string(), attr));
       size_t n = 0;
       for (const auto& [_, group] : g.groups) n += group.size();
       std::cout << fmt::format("OK {}  sha256 {}  {} datasets\n", (dir / rel).string(), e.sha256.substr(0, 12), n);

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <set>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -201,6 +202,12 @@ std::vector<std::string> link_names(hid_t group, const std::string& where) {
     if (size < 0) fail(where, fmt::format("cannot read link name #{} (HDF5: {})", i, hdf5_reason()));
     std::string name(static_cast<size_t>(size), '\0');
     H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size() + 1, H5P_DEFAULT);
+    // The manifest hashes this file only: a soft or external link (or, below, a virtual or external dataset) would
+    // read data from elsewhere that no hash covers.
+    H5L_info_t link;
+    check(H5Lget_info(group, name.c_str(), &link, H5P_DEFAULT), where, "cannot read link " + name);
+    if (link.type != H5L_TYPE_HARD)
+      fail(where, fmt::format("'{}' is a soft or external link: golden data must be stored in the file itself", name));
     names.push_back(std::move(name));
   }
   return names;
@@ -208,6 +215,8 @@ std::vector<std::string> link_names(hid_t group, const std::string& where) {
 
 std::vector<int64_t> dataset_shape(hid_t dataset, const std::string& where) {
   Handle space = checked(H5Dget_space(dataset), H5Sclose, where, "cannot read its shape");
+  // A null dataspace (h5py.Empty) holds no element, not a 0-dim tensor's one.
+  if (H5Sget_simple_extent_type(space.get()) == H5S_NULL) fail(where, "has a null dataspace (no data)");
   const int rank = H5Sget_simple_extent_ndims(space.get());
   if (rank < 0) fail(where, "cannot read its rank");
   std::vector<hsize_t> dims(static_cast<size_t>(rank));
@@ -217,6 +226,11 @@ std::vector<int64_t> dataset_shape(hid_t dataset, const std::string& where) {
 
 at::Tensor read_dataset(hid_t dataset, const std::string& where) {
   if (H5Aexists(dataset, "dtype") <= 0) fail(where, "missing dtype attr");
+  {
+    Handle create = checked(H5Dget_create_plist(dataset), H5Pclose, where, "cannot read its layout");
+    if (H5Pget_layout(create.get()) == H5D_VIRTUAL || H5Pget_external_count(create.get()) > 0)
+      fail(where, "stores its data in other files (a virtual or external dataset): golden data must be in the file");
+  }
   const std::string dtype = read_attr(dataset, "dtype", where + ": attr 'dtype'");
   const at::ScalarType scalar_type = parse_dtype(dtype, where + ": dtype attr");
   Handle want = storage_type(scalar_type, where);
@@ -349,11 +363,20 @@ Manifest read_manifest(const std::filesystem::path& manifest_json) {
   std::ifstream in(manifest_json);
   if (!in) fail(where, "cannot open manifest");
   nlohmann::json j;
+  // A file listed twice (JSON keeps the last of two equal keys) could pair a stale hash with a current one.
+  std::set<std::string> listed;
+  std::string twice;
+  const auto once = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    if (event == nlohmann::json::parse_event_t::key && depth == 2 && !listed.insert(parsed.get<std::string>()).second)
+      twice = parsed.get<std::string>();
+    return true;
+  };
   try {
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(in, once);
   } catch (const nlohmann::json::exception& e) {
     fail(where, fmt::format("invalid JSON: {}", e.what()));
   }
+  if (!twice.empty()) fail(where, fmt::format("'{}' is listed twice", twice));
   const auto files = j.find("files");
   if (!j.is_object() || files == j.end() || !files->is_object())
     fail(where, "expected an object with a 'files' object");
@@ -379,6 +402,10 @@ GoldenFile load_verified(const Manifest& m, const std::string& relative) {
   const std::filesystem::path path = m.path.parent_path() / relative;
   if (!std::filesystem::is_regular_file(path))
     fail(path.string(), fmt::format("missing (listed in {})", m.path.string()));
+  if (const auto size = int64_t(std::filesystem::file_size(path)); size != entry->second.bytes)
+    fail(path.string(), fmt::format("{} bytes, the manifest says {}: the file was modified; regenerate with "
+                                    "golden/generate.py or restore it",
+                                    size, entry->second.bytes));
   const std::string actual = sha256_file(path);
   if (actual != entry->second.sha256) {
     fail(path.string(), fmt::format("sha256 mismatch (manifest {}…, file {}…): the file was modified; regenerate with "

@@ -642,7 +642,8 @@ std::optional<Usage> worst_check(const json& c) {
 // The worst-check cell: sorts failing checks above passing ones, each by how much of its tolerance it used.
 std::string worst_cell(const std::optional<Usage>& w) {
   if (!w) return R"(<td class="muted" data-sort="-1">no checks</td>)";
-  const double key = std::isinf(w->ratio) ? 1e300 : (w->pass ? 0 : 1e200) + w->ratio;
+  // atan keeps the order of any two ratios within a status (1e200 + ratio tied every finite failure).
+  const double key = (w->pass ? 0 : 4) + (std::isinf(w->ratio) ? 2 : std::atan(w->ratio));
   return fmt::format(R"(<td class="{}" data-sort="{}">{}</td>)", w->pass ? "PASS" : "FAIL", key, esc(w->text));
 }
 

@@ -92,7 +92,8 @@ nlohmann::json to_json(const Metrics& m) {
   // keep the grids from dominating the document.
   nlohmann::json cells = nlohmann::json::array();
   for (const double v : m.error_grid.cells)
-    cells.push_back(std::isfinite(v) ? nlohmann::json(std::stod(fmt::format("{:.3g}", v))) : nlohmann::json());
+    cells.push_back(std::isfinite(v) ? nlohmann::json(std::strtod(fmt::format("{:.3g}", v).c_str(), nullptr))
+                                     : nlohmann::json());  // strtod: a subnormal cell is no error (stod threw)
   j["heatmap"] = {{"rows", m.error_grid.rows},
                   {"cols", m.error_grid.cols},
                   {"tensor_rows", m.error_grid.tensor_rows},
@@ -179,7 +180,7 @@ void print_perf(std::ostream& os, const CaseResult& r) {
       continue;
     }
     const std::string speedup = e.speedup_vs_eager > 0 ? fmt::format("{:.2f}x", e.speedup_vs_eager) : "-";
-    const std::string peak = e.peak_extra_bytes >= 0 ? fmt::format("{:.1f}", e.peak_extra_bytes / 1048576.0) : "-";
+    const std::string peak = e.peak_extra_bytes >= 0 ? fmt::format("{:.1f}", e.peak_extra_bytes / 1e6) : "-";
     const std::string target =
         e.target_pct_copy > 0 ? fmt::format(">= {:g}% {}", e.target_pct_copy, below_target(e) ? "MISSED" : "met") : "";
     os << fmt::format("  {:<9} {:<4} {:>10.4f} {:>6.1f}% {:>9.1f} {:>8.1f}% {:>9} {:>9}  {}\n", e.path, e.direction,

@@ -11,6 +11,7 @@
 #include <ostream>
 #include <parity/compare.hpp>
 #include <parity/error.hpp>
+#include <parity/results.hpp>
 #include <parity/tensor.hpp>
 #include <vector>
 
@@ -200,6 +201,15 @@ TEST(Compare, CosineOfATensorWithItselfIsOne) {
     EXPECT_GE(m.cosine, 1.0 - 1e-15);
   }
   EXPECT_EQ(past_one, 0);
+}
+
+// An error of a subnormal size (an fp64 reference that underflows where the path gives 0) is a heatmap cell like any
+// other in the results document: rounding it to three digits threw std::out_of_range (stod), losing the document.
+TEST(Compare, ASubnormalErrorCellIsWrittenToTheResults) {
+  const Metrics m = compare(at::zeros({4, 4}, at::kDouble), at::full({4, 4}, 1e-310, at::kDouble));
+  nlohmann::json j;
+  ASSERT_NO_THROW(j = to_json(m));
+  EXPECT_NEAR(j.at("heatmap").at("cells").at(0).get<double>(), 1e-310, 1e-312);
 }
 
 TEST(Compare, RelL2AndCosine) {

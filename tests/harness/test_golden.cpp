@@ -182,6 +182,55 @@ TEST_F(GoldenTest, MissingDtypeAttr) {
   EXPECT_CONTAINS(msg, "dataset '/inputs/int32': missing dtype attr");
 }
 
+// A dataset the manifest's hash of this file does not cover: reached through an external link, stored in another
+// file (external storage), or with no data at all (a null dataspace, which read as one uninitialised element).
+TEST_F(GoldenTest, DataOutsideTheFileOrWithoutDataIsRefused) {
+  const fs::path side = dir_ / "side.h5";
+  write_golden(sample_golden(), side);
+  const auto with = [&](const char* name, const std::function<void(hid_t outputs)>& add) {
+    const fs::path file = dir_ / name;
+    write_golden(sample_golden(), file);
+    const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t g = H5Gopen2(f, "/outputs", H5P_DEFAULT);
+    add(g);
+    H5Gclose(g);
+    H5Fclose(f);
+    return error_of([&] { parity::read_golden(file); });
+  };
+  const auto dataset = [](hid_t g, hid_t space, hid_t create) {
+    const hid_t d = H5Dcreate2(g, "more", H5T_NATIVE_FLOAT, space, H5P_DEFAULT, create, H5P_DEFAULT);
+    const hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, 4);
+    const hid_t scalar = H5Screate(H5S_SCALAR);
+    const hid_t a = H5Acreate2(d, "dtype", type, scalar, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, type, "fp32");
+    H5Aclose(a);
+    H5Sclose(scalar);
+    H5Tclose(type);
+    H5Dclose(d);
+  };
+  EXPECT_CONTAINS(with("link.h5", [&](hid_t g) { H5Lcreate_external(side.c_str(), "/outputs/out", g, "more", H5P_DEFAULT, H5P_DEFAULT); }),
+                  "'more' is a soft or external link");
+  EXPECT_CONTAINS(with("external.h5",
+                       [&](hid_t g) {
+                         const hsize_t n = 3;
+                         const hid_t space = H5Screate_simple(1, &n, nullptr);
+                         const hid_t create = H5Pcreate(H5P_DATASET_CREATE);
+                         H5Pset_external(create, "raw.bin", 0, 12);
+                         dataset(g, space, create);
+                         H5Pclose(create);
+                         H5Sclose(space);
+                       }),
+                  "dataset '/outputs/more': stores its data in other files");
+  EXPECT_CONTAINS(with("null.h5",
+                       [&](hid_t g) {
+                         const hid_t space = H5Screate(H5S_NULL);
+                         dataset(g, space, H5P_DEFAULT);
+                         H5Sclose(space);
+                       }),
+                  "dataset '/outputs/more': has a null dataspace");
+}
+
 TEST_F(GoldenTest, MissingFile) {
   EXPECT_CONTAINS(error_of([&] { parity::read_golden(dir_ / "nope.h5"); }), (dir_ / "nope.h5").string());
 }

@@ -24,6 +24,10 @@
 namespace parity {
 
 inline constexpr const char* kGoldenGroups[] = {"inputs", "stages", "outputs", "grad_outputs", "grads"};
+// The root attributes that say where a golden came from (the schema above); `parity golden verify` requires them.
+inline constexpr const char* kProvenanceAttrs[] = {"schema_version", "op",   "generator",   "generator_sha256",
+                                                   "torch_version",  "transformers_version", "seed", "config_json",
+                                                   "created"};
 
 struct GoldenFile {
   std::filesystem::path path;
@@ -49,8 +53,9 @@ struct Manifest {
 Manifest read_manifest(const std::filesystem::path& manifest_json);
 void write_manifest(const Manifest& m);
 
-// Reads `relative` (a path relative to the manifest's directory) after checking its sha256 against the
-// manifest. Throws InputError for a file missing from the manifest or whose hash differs.
+// Reads `relative` (a path relative to the manifest's directory) after checking its size and sha256 against the
+// manifest. Throws InputError for a file missing from the manifest or whose size or hash differs. (read_manifest
+// refuses a file listed twice.)
 GoldenFile load_verified(const Manifest& m, const std::string& relative);
 
 }  // namespace parity
