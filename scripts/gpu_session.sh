@@ -61,10 +61,13 @@ fi
 # past the limit.
 (cd "$B" && "${ctest_limit[@]}" ctest -j 8 --timeout 300 --output-on-failure -E '^cli/malformed_inputs$' \
   >"$LOG/ctest.log" 2>&1)
-echo "ctest rc=$? ($(( $(date +%s) - t1 )) s)"; grep -E 'tests passed|Failed|\*\*\*' "$LOG/ctest.log" | head -20; pack
+ctest_rc=$?
+echo "ctest rc=$ctest_rc ($(( $(date +%s) - t1 )) s)"; grep -E 'tests passed|Failed|\*\*\*' "$LOG/ctest.log" | head -20; pack
 # The Python-only peer (torch.compile), with eager and a copy timed in the same process (~2 min: PARITY_PEERS=0
 # leaves it out when the call would outrun its 10 minutes).
 if [ "${PARITY_PEERS:-1}" = 1 ]; then
   timeout 240 python3 bench/hc_torch_timing.py --json "$OUT/torch-peers.json" >"$LOG/torch-peers.txt" 2>&1
   echo "torch peers rc=$?"; tail -16 "$LOG/torch-peers.txt"; pack
 fi
+# The call's exit status is the tests': the logs above say what else ran.
+exit "$ctest_rc"
