@@ -411,7 +411,7 @@ CaseResult run_case(const Case& c, const Registry& reg, const RunOptions& opts) 
       const bool cuda_backend = vid.rfind("cuda:", 0) == 0;
 #ifndef PARITY_WITH_CUDA
       if (cuda_backend) {
-        res.variants.push_back({vid, Status::skip, "CUDA variants not built (PARITY_CUDA=OFF)"});
+        res.variants.push_back({vid, Status::skip, "CUDA variants not built (PARITY_CUDA=OFF, or LibTorch's CUDA is not nvcc's)"});
         continue;
       }
 #endif
